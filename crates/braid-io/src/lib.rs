@@ -1,1 +1,48 @@
+//! braid's Linux I/O layer.
+//!
+//! The protocol core (`braid-core`) never touches the operating system; this
+//! crate is the only place that does. It is deliberately thin: plain `libc`
+//! calls, no async runtime, so the daemon's event loop stays a simple
+//! `poll` over a handful of file descriptors and every syscall moves a whole
+//! [`PacketBatch`](braid_core::batch::PacketBatch) rather than one packet.
+//! Batching is where the throughput comes from (one `recvmmsg`/`sendmmsg`
+//! per batch instead of one syscall per datagram), and reusing the batch
+//! arena plus per-socket scratch arrays keeps the hot path allocation-free.
+//!
+//! Interface configuration shells out to `ip` (iproute2) instead of speaking
+//! rtnetlink: it runs a few times per `braid up`, never on the data path, and
+//! `ip`'s own error messages are the most useful thing to show an operator.
 
+pub mod netcfg;
+pub mod poll;
+pub mod tun;
+pub mod udp;
+pub mod wake;
+
+pub use poll::{wait, Interest, Readiness};
+pub use tun::Tun;
+pub use udp::UdpSocket;
+pub use wake::Waker;
+
+/// Returns the current `errno` as an `io::Error`.
+fn last_error() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// Converts a `-1`-on-error libc return value into an `io::Result`.
+fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(last_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Like [`cvt`] for `ssize_t` results (read/write).
+fn cvt_size(ret: libc::ssize_t) -> std::io::Result<usize> {
+    if ret < 0 {
+        Err(last_error())
+    } else {
+        Ok(ret as usize)
+    }
+}

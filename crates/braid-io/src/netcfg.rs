@@ -1,0 +1,180 @@
+//! Interface configuration through `ip` (iproute2).
+//!
+//! This runs a handful of times per `braid up`/`down`, never on the data
+//! path, so shelling out costs nothing that matters, and it buys behaviour
+//! operators already know plus `ip`'s own error messages, which every error
+//! here carries together with the exact command that failed.
+//!
+//! Routes use `replace` so re-applying a configuration is idempotent;
+//! addresses likewise use `ip addr replace`.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Sets the MTU of `dev`.
+pub fn link_set_mtu(dev: &str, mtu: u32) -> io::Result<()> {
+    check_dev(dev)?;
+    ip(&["link", "set", "dev", dev, "mtu", &mtu.to_string()])
+}
+
+/// Brings `dev` up.
+pub fn link_set_up(dev: &str) -> io::Result<()> {
+    check_dev(dev)?;
+    ip(&["link", "set", "dev", dev, "up"])
+}
+
+/// Deletes `dev`. A braid TUN goes away by itself when its descriptor is
+/// closed; this is for clearing a leftover interface of the same name.
+pub fn link_del(dev: &str) -> io::Result<()> {
+    check_dev(dev)?;
+    ip(&["link", "del", "dev", dev])
+}
+
+/// Whether an interface named `dev` exists (in this network namespace).
+pub fn link_exists(dev: &str) -> bool {
+    check_dev(dev).is_ok() && sys_path(dev).exists()
+}
+
+/// The current MTU of `dev`, from `/sys/class/net/DEV/mtu`.
+pub fn link_mtu(dev: &str) -> io::Result<u32> {
+    check_dev(dev)?;
+    let path = sys_path(dev).join("mtu");
+    let s = std::fs::read_to_string(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("read {}: {e}", path.display())))?;
+    s.trim().parse().map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {:?}: {e}", path.display(), s.trim()),
+        )
+    })
+}
+
+/// Adds an address with prefix length, e.g. `"198.19.0.1/24"` or
+/// `"2001:db8::1/64"`, to `dev`; adding one that is already there succeeds.
+pub fn addr_add(dev: &str, cidr: &str) -> io::Result<()> {
+    check_dev(dev)?;
+    let family = family(cidr)?;
+    ip(&[family, "addr", "replace", cidr, "dev", dev])
+}
+
+/// Routes `dest_cidr` (e.g. `"198.18.0.0/16"`, `"2001:db8::/32"`,
+/// `"0.0.0.0/0"`) via `dev`, in routing table `table` if given (else
+/// `main`). Replaces an existing route to the same destination.
+pub fn route_add(dest_cidr: &str, dev: &str, table: Option<u32>) -> io::Result<()> {
+    route("replace", dest_cidr, dev, table)
+}
+
+/// Removes the route that [`route_add`] installed.
+pub fn route_del(dest_cidr: &str, dev: &str, table: Option<u32>) -> io::Result<()> {
+    route("del", dest_cidr, dev, table)
+}
+
+fn route(verb: &str, dest_cidr: &str, dev: &str, table: Option<u32>) -> io::Result<()> {
+    check_dev(dev)?;
+    let family = family(dest_cidr)?;
+    let table = table.map(|t| t.to_string());
+    let mut args = vec![family, "route", verb, dest_cidr, "dev", dev];
+    if let Some(t) = &table {
+        args.extend(["table", t.as_str()]);
+    }
+    ip(&args)
+}
+
+/// `-4` or `-6` for an address or CIDR; also rejects anything that is not
+/// one, so no argument can be mistaken for an `ip` option.
+fn family(cidr: &str) -> io::Result<&'static str> {
+    let (addr, prefix) = match cidr.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (cidr, None),
+    };
+    let v6 = match addr.parse::<std::net::IpAddr>() {
+        Ok(a) => a.is_ipv6(),
+        Err(_) => return Err(invalid(format!("not an IP address or CIDR: {cidr:?}"))),
+    };
+    if let Some(p) = prefix {
+        let max = if v6 { 128 } else { 32 };
+        match p.parse::<u8>() {
+            Ok(p) if p <= max => {}
+            _ => return Err(invalid(format!("bad prefix length in {cidr:?}"))),
+        }
+    }
+    Ok(if v6 { "-6" } else { "-4" })
+}
+
+fn check_dev(dev: &str) -> io::Result<()> {
+    let ok = !dev.is_empty()
+        && dev.len() < libc::IFNAMSIZ
+        && dev != "."
+        && dev != ".."
+        && !dev.starts_with('-')
+        && !dev
+            .bytes()
+            .any(|b| b == b'/' || b == 0 || b.is_ascii_whitespace());
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!("invalid interface name {dev:?}")))
+    }
+}
+
+fn sys_path(dev: &str) -> PathBuf {
+    PathBuf::from("/sys/class/net").join(dev)
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// Runs `ip ARGS...`; on failure the error names the command and carries
+/// ip's stderr.
+fn ip(args: &[&str]) -> io::Result<()> {
+    let cmd = format!("ip {}", args.join(" "));
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("`{cmd}`: cannot run ip: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(io::Error::other(format!(
+        "`{cmd}` failed ({}): {}",
+        out.status,
+        stderr.trim()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families() {
+        assert_eq!(family("198.19.0.1/24").unwrap(), "-4");
+        assert_eq!(family("0.0.0.0/0").unwrap(), "-4");
+        assert_eq!(family("2001:db8::1/64").unwrap(), "-6");
+        assert_eq!(family("2001:db8::1").unwrap(), "-6");
+        assert!(family("198.19.0.1/33").is_err());
+        assert!(family("-f/24").is_err());
+        assert!(family("default").is_err());
+    }
+
+    #[test]
+    fn dev_names() {
+        assert!(check_dev("braid0").is_ok());
+        assert!(check_dev("").is_err());
+        assert!(check_dev("../x").is_err());
+        assert!(check_dev("-x").is_err());
+        assert!(check_dev("0123456789abcdef").is_err());
+        assert!(!link_exists("no such dev"));
+        assert!(link_exists("lo"));
+        assert_eq!(link_mtu("lo").unwrap(), 65536);
+    }
+
+    #[test]
+    fn error_names_command() {
+        let e = link_set_up("braidnonexist0").unwrap_err().to_string();
+        assert!(e.contains("ip link set dev braidnonexist0 up"), "{e}");
+    }
+}
