@@ -1,0 +1,239 @@
+//! A real TUN interface: kernel -> TUN -> read_batch, write_batch -> TUN ->
+//! kernel. Needs root (CAP_NET_ADMIN) and /dev/net/tun.
+
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::time::Duration;
+
+use braid_core::batch::{PacketBatch, HEADROOM, TAILROOM};
+use braid_io::{netcfg, wait, Interest, Tun};
+
+/// Deletes the interface even when the test panics before the `Tun` is
+/// dropped on purpose (dropping the `Tun` alone would do, but this also
+/// covers a leak through a bug in the code under test).
+struct LinkGuard(String);
+
+impl Drop for LinkGuard {
+    fn drop(&mut self) {
+        if netcfg::link_exists(&self.0) {
+            let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+        }
+    }
+}
+
+/// A 198.19.x.0/24 that no interface uses yet, derived from our pid.
+fn free_subnet() -> u8 {
+    let start = std::process::id() as usize;
+    for k in 0..250 {
+        let x = ((start + k) % 250 + 1) as u8;
+        let out = Command::new("ip")
+            .args([
+                "-4",
+                "route",
+                "show",
+                "to",
+                "match",
+                &format!("198.19.{x}.1"),
+            ])
+            .output()
+            .unwrap();
+        // Only a default route (or nothing) matches: the /24 is free.
+        let taken = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| !l.starts_with("default"));
+        if !taken {
+            return x;
+        }
+    }
+    panic!("no free 198.19.x.0/24");
+}
+
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in data.chunks(2) {
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
+        sum += w as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// IPv4 + UDP (checksum 0) into `out`; returns the length.
+fn build_udp4(
+    out: &mut [u8],
+    src: Ipv4Addr,
+    sport: u16,
+    dst: Ipv4Addr,
+    dport: u16,
+    payload: &[u8],
+) -> usize {
+    let total = 20 + 8 + payload.len();
+    let p = &mut out[..total];
+    p[0] = 0x45;
+    p[1] = 0;
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+    p[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
+    p[8] = 64;
+    p[9] = 17;
+    p[10..12].fill(0);
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let c = checksum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p[22..24].copy_from_slice(&dport.to_be_bytes());
+    p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    p[26..28].fill(0);
+    p[28..].copy_from_slice(payload);
+    total
+}
+
+#[test]
+fn tun_round_trip() {
+    let want = format!("bio{}t", std::process::id());
+    if netcfg::link_exists(&want) {
+        netcfg::link_del(&want).unwrap();
+    }
+    let tun = Tun::create(&want).unwrap();
+    let _guard = LinkGuard(want.clone());
+    assert_eq!(tun.name(), want);
+    let name = want.as_str();
+    assert!(netcfg::link_exists(name));
+
+    let x = free_subnet();
+    let local = Ipv4Addr::new(198, 19, x, 1);
+    let remote = Ipv4Addr::new(198, 19, x, 2);
+    netcfg::link_set_mtu(name, 1400).unwrap();
+    assert_eq!(netcfg::link_mtu(name).unwrap(), 1400);
+    netcfg::addr_add(name, &format!("{local}/24")).unwrap();
+    netcfg::addr_add(name, &format!("{local}/24")).unwrap(); // idempotent
+    netcfg::link_set_up(name).unwrap();
+
+    // --- kernel -> TUN -> read_batch ---
+    let sock = StdUdpSocket::bind(SocketAddr::from((local, 0))).unwrap();
+    let lport = sock.local_addr().unwrap().port();
+    sock.send_to(b"hello from the kernel", (remote, 9999))
+        .unwrap();
+
+    let stride = 1400 + HEADROOM + TAILROOM;
+    let mut batch = PacketBatch::new(16, stride);
+    let fds = [(tun.as_raw_fd(), Interest::READABLE)];
+    let mut found = false;
+    while !found {
+        let r = wait(&fds, Some(Duration::from_secs(5))).unwrap();
+        assert!(!r.is_timeout(), "the datagram never reached the TUN");
+        let n = tun.read_batch(&mut batch).unwrap();
+        assert_eq!(n, batch.len());
+        for i in 0..n {
+            assert_eq!(batch.offset(i), HEADROOM);
+            let p = batch.packet(i);
+            // Skip anything else the kernel sends (IPv6 router solicitations, MLD...).
+            if p[0] >> 4 != 4 || p[9] != 17 || p[16..20] != remote.octets() {
+                continue;
+            }
+            assert_eq!(&p[12..16], &local.octets());
+            let ihl = (p[0] & 0xf) as usize * 4;
+            assert_eq!(checksum(&p[..ihl]), 0, "kernel's header checksum");
+            let udp = &p[ihl..];
+            assert_eq!(u16::from_be_bytes([udp[0], udp[1]]), lport);
+            assert_eq!(u16::from_be_bytes([udp[2], udp[3]]), 9999);
+            assert_eq!(&udp[8..], b"hello from the kernel");
+            found = true;
+        }
+    }
+    // Nothing ready: 0, not an error.
+    while tun.read_batch(&mut batch).unwrap() > 0 {}
+    assert!(batch.is_empty());
+
+    // --- write_batch -> TUN -> kernel ---
+    let mut batch = PacketBatch::new(4, stride);
+    // A malformed packet (not IPv4/IPv6: EINVAL) must not abort the batch.
+    batch.push_with(HEADROOM, "0.0.0.0:0".parse().unwrap(), |b| {
+        b[..8].fill(0);
+        8
+    });
+    // A consumed slot is skipped.
+    batch.push_with(HEADROOM, "0.0.0.0:0".parse().unwrap(), |b| {
+        build_udp4(b, remote, 4242, local, lport, b"not me")
+    });
+    batch.consume(1);
+    batch.push_with(HEADROOM, "0.0.0.0:0".parse().unwrap(), |b| {
+        build_udp4(b, remote, 4242, local, lport, b"hello from the tunnel")
+    });
+    assert_eq!(tun.write_batch(&batch).unwrap(), 1);
+    assert_eq!(tun.dropped(), 1);
+
+    let r = wait(
+        &[(sock.as_raw_fd(), Interest::READABLE)],
+        Some(Duration::from_secs(5)),
+    )
+    .unwrap();
+    assert!(
+        r.is_readable(0),
+        "the packet written to the TUN never arrived"
+    );
+    let mut buf = [0u8; 256];
+    let (n, from) = sock.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"hello from the tunnel");
+    assert_eq!(from, SocketAddr::from((remote, 4242)));
+
+    // --- routes ---
+    let dest = format!("198.18.{x}.0/24");
+    netcfg::route_add(&dest, name, None).unwrap();
+    netcfg::route_add(&dest, name, None).unwrap(); // replace: idempotent
+    let show = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(show(&["-4", "route", "show", "dev", name]).contains(&dest));
+    netcfg::route_add(&dest, name, Some(51820 + x as u32)).unwrap();
+    let table = (51820 + x as u32).to_string();
+    assert!(show(&["-4", "route", "show", "table", &table]).contains(&dest));
+    netcfg::route_del(&dest, name, Some(51820 + x as u32)).unwrap();
+    netcfg::route_del(&dest, name, None).unwrap();
+    assert!(!show(&["-4", "route", "show", "dev", name]).contains(&dest));
+    let e = netcfg::route_del(&dest, name, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("ip -4 route del {dest} dev {name}")),
+        "{e}"
+    );
+
+    if std::path::Path::new("/proc/sys/net/ipv6").exists() {
+        let a6 = format!("2001:db8:{x:x}::1/64");
+        netcfg::addr_add(name, &a6).unwrap();
+        assert!(show(&["-6", "addr", "show", "dev", name]).contains(&format!("2001:db8:{x:x}::1")));
+        let d6 = format!("2001:db8:{x:x}:1::/64");
+        netcfg::route_add(&d6, name, None).unwrap();
+        assert!(show(&["-6", "route", "show", "dev", name]).contains(&d6));
+        netcfg::route_del(&d6, name, None).unwrap();
+    }
+
+    // --- closing the descriptor removes the interface ---
+    drop(tun);
+    for _ in 0..100 {
+        if !netcfg::link_exists(name) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !netcfg::link_exists(name),
+        "the TUN outlived its descriptor"
+    );
+}
+
+#[test]
+fn rejects_bad_names() {
+    assert!(Tun::create("0123456789abcdef").is_err());
+    assert!(Tun::create("a/b").is_err());
+}

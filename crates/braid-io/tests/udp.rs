@@ -1,0 +1,185 @@
+//! Batched UDP over loopback: sendmmsg out, recvmmsg in.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use braid_core::batch::PacketBatch;
+use braid_io::{wait, Interest, UdpSocket};
+
+const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
+
+/// Datagram `i`: its index, then a pattern; sizes vary from 2 to ~1400.
+fn payload(i: usize, out: &mut [u8]) -> usize {
+    let len = 2 + (i * 97) % 1399;
+    out[0] = i as u8;
+    out[1] = (i >> 8) as u8;
+    for (j, b) in out[2..len].iter_mut().enumerate() {
+        *b = (i + j * 7) as u8;
+    }
+    len
+}
+
+fn check(pkt: &[u8]) -> usize {
+    let i = pkt[0] as usize | (pkt[1] as usize) << 8;
+    let mut want = [0u8; 2048];
+    let len = payload(i, &mut want);
+    assert_eq!(pkt.len(), len, "length of datagram {i}");
+    assert_eq!(pkt, &want[..len], "contents of datagram {i}");
+    i
+}
+
+/// Receives until `n` datagrams arrived (or a 5 s poll finds nothing) and
+/// returns (index, source) for each.
+fn recv_n(sock: &UdpSocket, n: usize, batch_cap: usize) -> Vec<(usize, SocketAddr)> {
+    let mut batch = PacketBatch::new(batch_cap, 2048);
+    let mut got = Vec::new();
+    while got.len() < n {
+        let r = wait(
+            &[(sock.as_raw_fd(), Interest::READABLE)],
+            Some(Duration::from_secs(5)),
+        )
+        .unwrap();
+        assert!(
+            !r.is_timeout(),
+            "only {} of {n} datagrams arrived",
+            got.len()
+        );
+        let k = sock.recv_batch(&mut batch).unwrap();
+        assert_eq!(k, batch.len());
+        for i in 0..k {
+            assert_eq!(batch.offset(i), 0);
+            got.push((check(batch.packet(i)), batch.addr(i)));
+        }
+    }
+    got
+}
+
+#[test]
+fn batch_of_64_over_v4_and_v6_loopback() {
+    let a = UdpSocket::bind(0).unwrap();
+    let b = UdpSocket::bind(0).unwrap();
+    assert!(a.is_ipv6(), "dual-stack socket expected on this host");
+    let (pa, pb) = (a.local_port(), b.local_port());
+    assert_ne!(pb, 0);
+
+    let mut batch = PacketBatch::new(64, 2048);
+    for i in 0..64 {
+        let ip = if i % 2 == 0 { V4 } else { V6 };
+        assert!(batch.push_with(0, SocketAddr::new(ip, pb), |buf| payload(i, buf)));
+    }
+    assert_eq!(a.send_batch(&batch).unwrap(), 64);
+    assert_eq!(a.dropped(), 0);
+
+    // A batch smaller than what is queued: several recvmmsg calls.
+    let mut got = recv_n(&b, 64, 16);
+    got.sort_by_key(|g| g.0);
+    for (i, (idx, src)) in got.into_iter().enumerate() {
+        assert_eq!(idx, i);
+        let ip = if i % 2 == 0 { V4 } else { V6 };
+        // IPv4 arrives as V4, not as ::ffff:127.0.0.1.
+        assert_eq!(src, SocketAddr::new(ip, pa), "source of datagram {i}");
+    }
+    // Nothing else queued.
+    let mut batch = PacketBatch::new(8, 2048);
+    assert_eq!(b.recv_batch(&mut batch).unwrap(), 0);
+    assert!(batch.is_empty());
+}
+
+#[test]
+fn skips_empty_slots_and_per_destination_errors() {
+    let a = UdpSocket::bind(0).unwrap();
+    let v4only = UdpSocket::bind_addr("127.0.0.1:0".parse().unwrap()).unwrap();
+    assert!(!v4only.is_ipv6());
+    let b = UdpSocket::bind(0).unwrap();
+    let to_b = SocketAddr::new(V4, b.local_port());
+
+    // Slots: ok, consumed, too big for UDP (EMSGSIZE), ok, ok to IPv6.
+    let mut batch = PacketBatch::new(5, 70_000);
+    batch.push_with(0, to_b, |buf| payload(0, buf));
+    batch.push_with(0, to_b, |buf| payload(1, buf));
+    batch.consume(1);
+    batch.push_with(0, to_b, |buf| {
+        buf[..66_000].fill(0xee);
+        66_000
+    });
+    batch.push_with(0, to_b, |buf| payload(3, buf));
+    batch.push_with(0, SocketAddr::new(V6, b.local_port()), |buf| {
+        payload(4, buf)
+    });
+    assert_eq!(a.send_batch(&batch).unwrap(), 3);
+    assert_eq!(a.dropped(), 1);
+    let mut got: Vec<usize> = recv_n(&b, 3, 8).into_iter().map(|g| g.0).collect();
+    got.sort();
+    assert_eq!(got, [0, 3, 4]);
+
+    // An IPv4-only socket cannot reach an IPv6 peer: that one is dropped.
+    assert_eq!(v4only.send_batch(&batch).unwrap(), 2);
+    assert_eq!(v4only.dropped(), 2);
+    let got = recv_n(&b, 2, 8);
+    for (_, src) in got {
+        assert_eq!(src, SocketAddr::new(V4, v4only.local_port()));
+    }
+}
+
+#[test]
+fn truncated_datagram_leaves_slot_empty() {
+    let a = UdpSocket::bind(0).unwrap();
+    let b = UdpSocket::bind(0).unwrap();
+    let mut out = PacketBatch::new(2, 4096);
+    let to_b = SocketAddr::new(V6, b.local_port());
+    out.push_with(0, to_b, |buf| {
+        buf[..3000].fill(1);
+        3000
+    });
+    out.push_with(0, to_b, |buf| payload(7, buf));
+    assert_eq!(a.send_batch(&out).unwrap(), 2);
+
+    let mut batch = PacketBatch::new(4, 1024);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let r = wait(
+            &[(b.as_raw_fd(), Interest::READABLE)],
+            Some(Duration::from_secs(5)),
+        )
+        .unwrap();
+        assert!(!r.is_timeout());
+        let k = b.recv_batch(&mut batch).unwrap();
+        for i in 0..k {
+            seen.push(batch.packet(i).len());
+            if !batch.packet(i).is_empty() {
+                check(batch.packet(i));
+            }
+        }
+    }
+    assert_eq!(seen, [0, payload(7, &mut [0; 2048])]);
+}
+
+#[test]
+fn send_and_recv_from_two_threads() {
+    let a = Arc::new(UdpSocket::bind(0).unwrap());
+    let to_self = SocketAddr::new(V4, a.local_port());
+    let rounds = 50;
+    let sender = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let mut batch = PacketBatch::new(8, 2048);
+            let mut sent = 0;
+            for r in 0..rounds {
+                batch.clear();
+                for i in 0..8 {
+                    batch.push_with(0, to_self, |buf| payload(r * 8 + i, buf));
+                }
+                sent += a.send_batch(&batch).unwrap();
+            }
+            sent
+        })
+    };
+    let got = recv_n(&a, rounds * 8, 32);
+    assert_eq!(sender.join().unwrap(), rounds * 8);
+    let mut idx: Vec<usize> = got.iter().map(|g| g.0).collect();
+    idx.sort();
+    assert_eq!(idx, (0..rounds * 8).collect::<Vec<_>>());
+}
