@@ -99,8 +99,8 @@ impl Tun {
         &self.name
     }
 
-    /// Packets dropped on write so far: malformed ones the kernel rejected
-    /// and those left over when the device would block.
+    /// Packets dropped so far: too long to read into a slot, rejected by the
+    /// kernel on write (malformed), or left over when a write would block.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
@@ -109,15 +109,22 @@ impl Tun {
     /// capacity; returns how many (0 when none was ready).
     ///
     /// Each packet lands in its slot at [`HEADROOM`] and is at most
-    /// `stride - HEADROOM - TAILROOM` bytes (a longer one is truncated by the
-    /// kernel, so size the stride for the interface MTU).
+    /// `stride - HEADROOM - TAILROOM` bytes; a longer one is dropped (and
+    /// counted in [`dropped`](Self::dropped)), so size the stride for the
+    /// interface MTU.
     pub fn read_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
         batch.clear();
         let max = batch.stride() - HEADROOM - TAILROOM;
         let mut n = 0;
         while n < batch.capacity() {
-            let buf = &mut batch.slot_buf_mut(n)[HEADROOM..HEADROOM + max];
+            // The kernel silently truncates a packet to the buffer, so offer
+            // one byte of the (still unused) tailroom more: a read that fills
+            // it was a packet too long for the slot.
+            let buf = &mut batch.slot_buf_mut(n)[HEADROOM..HEADROOM + max + 1];
             match self.read_packet(buf) {
+                Ok(Step::Done(len)) if len > max => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(Step::Done(len)) => {
                     batch.set_packet(n, HEADROOM, len, NO_ADDR);
                     n += 1;
@@ -171,7 +178,7 @@ impl Tun {
             let r = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             return match crate::cvt_size(r) {
                 Ok(0) => Ok(Step::WouldBlock),
-                Ok(len) => Ok(Step::Done(len)),
+                Ok(len) => Ok(Step::Done(len.min(buf.len()))),
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
                     Some(libc::EAGAIN) => Ok(Step::WouldBlock),
