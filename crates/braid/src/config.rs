@@ -1,0 +1,894 @@
+//! The wg-quick configuration file format (`/etc/wireguard/wg0.conf`).
+//!
+//! Accepted syntax follows wg-quick and `wg setconf`: case-insensitive
+//! section and key names, `#` starts a comment anywhere on a line, values
+//! are trimmed, list keys take comma-separated items and accumulate across
+//! repeated lines. Unknown keys are errors, so a typo never silently turns a
+//! setting off.
+//!
+//! Error messages name the file, the 1-based line and the key. They quote
+//! offending values, except for secret keys, which are never echoed.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+use crate::cidr::IpCidr;
+use crate::keys::{PresharedKey, PrivateKey, PublicKey};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub interface: InterfaceConfig,
+    pub peers: Vec<PeerConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceConfig {
+    pub private_key: PrivateKey,
+    pub addresses: Vec<IpCidr>,
+    pub listen_port: Option<u16>,
+    pub mtu: Option<u32>,
+    pub table: Table,
+    /// `None` when absent or `off`.
+    pub fwmark: Option<u32>,
+    /// Kept verbatim (addresses or search domains); braid does not apply DNS yet.
+    pub dns: Vec<String>,
+    pub pre_up: Vec<String>,
+    pub post_up: Vec<String>,
+    pub pre_down: Vec<String>,
+    pub post_down: Vec<String>,
+    pub save_config: bool,
+}
+
+/// wg-quick's `Table =`: which routing table receives the AllowedIPs routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Table {
+    #[default]
+    Auto,
+    Off,
+    Id(u32),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    pub public_key: PublicKey,
+    pub preshared_key: Option<PresharedKey>,
+    pub allowed_ips: Vec<IpCidr>,
+    pub endpoint: Option<Endpoint>,
+    /// Seconds; `Some(0)` means explicitly off.
+    pub persistent_keepalive: Option<u16>,
+}
+
+/// `host:port` or `[v6]:port`, unresolved: a host name is looked up when the
+/// interface comes up, not when the file is parsed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Without brackets.
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn parse(s: &str) -> Result<Endpoint, String> {
+        let bad = || format!("invalid endpoint {s:?} (expected host:port or [IPv6]:port)");
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+            let port = after.strip_prefix(':').ok_or_else(bad)?;
+            (host, port)
+        } else {
+            let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+            // An unbracketed IPv6 address is ambiguous about where the port starts.
+            if host.contains(':') {
+                return Err(bad());
+            }
+            (host, port)
+        };
+        if host.is_empty() || host.contains(char::is_whitespace) || host.contains(['[', ']']) {
+            return Err(bad());
+        }
+        let port = parse_decimal(port)
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or_else(bad)?;
+        Ok(Endpoint {
+            host: host.to_string(),
+            port,
+        })
+    }
+
+    /// First address the resolver returns, as `wg` does.
+    pub fn resolve(&self) -> io::Result<SocketAddr> {
+        (self.host.as_str(), self.port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{}: no addresses found", self),
+                )
+            })
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// Everything that can go wrong loading a configuration.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Io {
+        /// The path as given to [`Config::load`].
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// The text is not a valid configuration.
+    Invalid {
+        /// File name (or whatever label the caller passed to [`Config::parse`]).
+        source_name: String,
+        /// 1-based line number; `None` for whole-file problems.
+        line: Option<usize>,
+        /// Canonical key name (e.g. `ListenPort`) or, for an unknown key, the
+        /// key as written. `None` for structural problems.
+        key: Option<String>,
+        /// What is wrong. Never contains a private or preshared key.
+        message: String,
+    },
+    /// The file name does not make a valid interface name.
+    InterfaceName {
+        name: String,
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Io { path, source } => write!(f, "{}: {}", path.display(), source),
+            ConfigError::Invalid {
+                source_name,
+                line,
+                key,
+                message,
+            } => {
+                write!(f, "{source_name}")?;
+                if let Some(line) = line {
+                    write!(f, ":{line}")?;
+                }
+                if let Some(key) = key {
+                    write!(f, ": key '{key}'")?;
+                }
+                write!(f, ": {message}")
+            }
+            ConfigError::InterfaceName { name, reason } => {
+                write!(f, "invalid interface name {name:?}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Config {
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let io_err = |source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let bytes = std::fs::read(path).map_err(io_err)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
+            source_name: name.clone(),
+            line: None,
+            key: None,
+            message: "file is not valid UTF-8".into(),
+        })?;
+        Config::parse(&text, &name)
+    }
+
+    pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {
+        Parser {
+            source_name,
+            section: Section::None,
+            interface: None,
+            peers: Vec::new(),
+        }
+        .run(text)
+    }
+
+    /// wg-quick's rule: the file stem, 1-15 bytes of `[a-zA-Z0-9_=+.-]`.
+    pub fn interface_name(path: impl AsRef<Path>) -> Result<String, ConfigError> {
+        let path = path.as_ref();
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        let err = |reason| ConfigError::InterfaceName {
+            name: stem.to_string(),
+            reason,
+        };
+        if stem.is_empty() {
+            return Err(err("empty"));
+        }
+        if stem.len() > 15 {
+            return Err(err("longer than 15 bytes"));
+        }
+        if !stem
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_=+.-".contains(&b))
+        {
+            return Err(err("only letters, digits and _=+.- are allowed"));
+        }
+        Ok(stem.into_owned())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parser
+
+/// A value and the line it was set on, so duplicates can point at the first.
+type Slot<T> = Option<(T, usize)>;
+
+#[derive(Default)]
+struct InterfaceBuilder {
+    header_line: usize,
+    private_key: Slot<PrivateKey>,
+    addresses: Vec<IpCidr>,
+    listen_port: Slot<u16>,
+    mtu: Slot<u32>,
+    table: Slot<Table>,
+    fwmark: Slot<Option<u32>>,
+    dns: Vec<String>,
+    pre_up: Vec<String>,
+    post_up: Vec<String>,
+    pre_down: Vec<String>,
+    post_down: Vec<String>,
+    save_config: Slot<bool>,
+}
+
+#[derive(Default)]
+struct PeerBuilder {
+    header_line: usize,
+    public_key: Slot<PublicKey>,
+    preshared_key: Slot<PresharedKey>,
+    allowed_ips: Vec<IpCidr>,
+    endpoint: Slot<Endpoint>,
+    persistent_keepalive: Slot<u16>,
+}
+
+enum Section {
+    None,
+    Interface,
+    Peer,
+}
+
+struct Parser<'a> {
+    source_name: &'a str,
+    section: Section,
+    interface: Option<InterfaceBuilder>,
+    peers: Vec<PeerBuilder>,
+}
+
+/// A problem with one key; the parser adds file and line.
+struct KeyError {
+    key: String,
+    message: String,
+}
+
+type KeyResult = Result<(), KeyError>;
+
+fn key_err(key: &str, message: impl Into<String>) -> KeyError {
+    KeyError {
+        key: key.to_string(),
+        message: message.into(),
+    }
+}
+
+fn set_once<T>(slot: &mut Slot<T>, key: &str, value: Result<T, String>, line: usize) -> KeyResult {
+    let value = value.map_err(|m| key_err(key, m))?;
+    if let Some((_, first)) = slot {
+        return Err(key_err(
+            key,
+            format!("duplicate key (already set on line {first})"),
+        ));
+    }
+    *slot = Some((value, line));
+    Ok(())
+}
+
+fn extend<T>(list: &mut Vec<T>, key: &str, items: Result<Vec<T>, String>) -> KeyResult {
+    list.extend(items.map_err(|m| key_err(key, m))?);
+    Ok(())
+}
+
+impl InterfaceBuilder {
+    /// One arm per key. `key` is lowercase; each arm names the canonical
+    /// spelling used in messages.
+    fn apply(&mut self, key: &str, raw_key: &str, value: &str, line: usize) -> KeyResult {
+        match key {
+            "privatekey" => set_once(
+                &mut self.private_key,
+                "PrivateKey",
+                PrivateKey::from_base64(value).map_err(|e| e.to_string()),
+                line,
+            ),
+            "address" => extend(&mut self.addresses, "Address", parse_list(value, parse_cidr)),
+            "listenport" => set_once(&mut self.listen_port, "ListenPort", parse_port(value), line),
+            "mtu" => set_once(&mut self.mtu, "MTU", parse_mtu(value), line),
+            "table" => set_once(&mut self.table, "Table", parse_table(value), line),
+            "fwmark" => set_once(&mut self.fwmark, "FwMark", parse_fwmark(value), line),
+            "dns" => extend(&mut self.dns, "DNS", parse_list(value, |s| Ok(s.to_string()))),
+            "preup" => extend(&mut self.pre_up, "PreUp", Ok(vec![value.to_string()])),
+            "postup" => extend(&mut self.post_up, "PostUp", Ok(vec![value.to_string()])),
+            "predown" => extend(&mut self.pre_down, "PreDown", Ok(vec![value.to_string()])),
+            "postdown" => extend(&mut self.post_down, "PostDown", Ok(vec![value.to_string()])),
+            "saveconfig" => set_once(&mut self.save_config, "SaveConfig", parse_bool(value), line),
+            _ => Err(key_err(raw_key, "unknown key in [Interface] section")),
+        }
+    }
+}
+
+impl PeerBuilder {
+    fn apply(&mut self, key: &str, raw_key: &str, value: &str, line: usize) -> KeyResult {
+        match key {
+            "publickey" => set_once(
+                &mut self.public_key,
+                "PublicKey",
+                PublicKey::from_base64(value).map_err(|e| e.to_string()),
+                line,
+            ),
+            "presharedkey" => set_once(
+                &mut self.preshared_key,
+                "PresharedKey",
+                PresharedKey::from_base64(value).map_err(|e| e.to_string()),
+                line,
+            ),
+            "allowedips" => extend(
+                &mut self.allowed_ips,
+                "AllowedIPs",
+                parse_list(value, parse_cidr),
+            ),
+            "endpoint" => set_once(&mut self.endpoint, "Endpoint", Endpoint::parse(value), line),
+            "persistentkeepalive" => set_once(
+                &mut self.persistent_keepalive,
+                "PersistentKeepalive",
+                parse_keepalive(value),
+                line,
+            ),
+            _ => Err(key_err(raw_key, "unknown key in [Peer] section")),
+        }
+    }
+}
+
+impl Parser<'_> {
+    fn error(&self, line: Option<usize>, key: Option<&str>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            source_name: self.source_name.to_string(),
+            line,
+            key: key.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    fn run(mut self, text: &str) -> Result<Config, ConfigError> {
+        for (idx, raw) in text.lines().enumerate() {
+            let line_no = idx + 1;
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            if line.starts_with('[') {
+                self.section_header(line, line_no)?;
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(self.error(Some(line_no), None, "expected 'Key = Value' or a [Section] header"));
+            };
+            let (raw_key, value) = (key.trim(), value.trim());
+            if raw_key.is_empty() {
+                return Err(self.error(Some(line_no), None, "missing key before '='"));
+            }
+            let key = raw_key.to_ascii_lowercase();
+            let result = match self.section {
+                Section::None => {
+                    return Err(self.error(
+                        Some(line_no),
+                        Some(raw_key),
+                        "key outside of any section (expected [Interface] or [Peer] first)",
+                    ))
+                }
+                Section::Interface => self
+                    .interface
+                    .as_mut()
+                    .expect("set when entering the section")
+                    .apply(&key, raw_key, value, line_no),
+                Section::Peer => self
+                    .peers
+                    .last_mut()
+                    .expect("pushed when entering the section")
+                    .apply(&key, raw_key, value, line_no),
+            };
+            result.map_err(|e| self.error(Some(line_no), Some(&e.key), e.message))?;
+        }
+        self.finish()
+    }
+
+    fn section_header(&mut self, line: &str, line_no: usize) -> Result<(), ConfigError> {
+        let name = line
+            .strip_prefix('[')
+            .and_then(|l| l.strip_suffix(']'))
+            .map(str::trim)
+            .unwrap_or("");
+        if name.eq_ignore_ascii_case("interface") {
+            if let Some(existing) = &self.interface {
+                return Err(self.error(
+                    Some(line_no),
+                    None,
+                    format!(
+                        "duplicate [Interface] section (first on line {})",
+                        existing.header_line
+                    ),
+                ));
+            }
+            self.interface = Some(InterfaceBuilder {
+                header_line: line_no,
+                ..Default::default()
+            });
+            self.section = Section::Interface;
+        } else if name.eq_ignore_ascii_case("peer") {
+            self.peers.push(PeerBuilder {
+                header_line: line_no,
+                ..Default::default()
+            });
+            self.section = Section::Peer;
+        } else {
+            return Err(self.error(
+                Some(line_no),
+                None,
+                format!("unknown section {line:?} (expected [Interface] or [Peer])"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Config, ConfigError> {
+        let Some(iface) = self.interface.take() else {
+            return Err(self.error(None, None, "missing [Interface] section"));
+        };
+        let Some((private_key, _)) = iface.private_key else {
+            return Err(self.error(
+                Some(iface.header_line),
+                Some("PrivateKey"),
+                "required key missing from [Interface] section",
+            ));
+        };
+        let own_public = private_key.public_key();
+        let mut seen: HashMap<PublicKey, usize> = HashMap::new();
+        let mut peers = Vec::with_capacity(self.peers.len());
+        for p in std::mem::take(&mut self.peers) {
+            let Some((public_key, key_line)) = p.public_key else {
+                return Err(self.error(
+                    Some(p.header_line),
+                    Some("PublicKey"),
+                    "required key missing from [Peer] section",
+                ));
+            };
+            if public_key == own_public {
+                return Err(self.error(
+                    Some(key_line),
+                    Some("PublicKey"),
+                    "peer has the interface's own public key",
+                ));
+            }
+            if let Some(first) = seen.insert(public_key, key_line) {
+                return Err(self.error(
+                    Some(key_line),
+                    Some("PublicKey"),
+                    format!("duplicate peer (same public key as the peer on line {first})"),
+                ));
+            }
+            peers.push(PeerConfig {
+                public_key,
+                preshared_key: p.preshared_key.map(|v| v.0),
+                allowed_ips: p.allowed_ips,
+                endpoint: p.endpoint.map(|v| v.0),
+                persistent_keepalive: p.persistent_keepalive.map(|v| v.0),
+            });
+        }
+        Ok(Config {
+            interface: InterfaceConfig {
+                private_key,
+                addresses: iface.addresses,
+                listen_port: iface.listen_port.map(|v| v.0),
+                mtu: iface.mtu.map(|v| v.0),
+                table: iface.table.map(|v| v.0).unwrap_or_default(),
+                fwmark: iface.fwmark.and_then(|v| v.0),
+                dns: iface.dns,
+                pre_up: iface.pre_up,
+                post_up: iface.post_up,
+                pre_down: iface.pre_down,
+                post_down: iface.post_down,
+                save_config: iface.save_config.is_some_and(|v| v.0),
+            },
+            peers,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Value parsers. They return a message without file/line/key context.
+
+/// Plain decimal: no sign, no spaces (`u32::from_str` would accept "+5").
+fn parse_decimal(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn parse_list<T>(value: &str, item: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    if value.is_empty() {
+        return Ok(Vec::new());
+    }
+    value
+        .split(',')
+        .map(|s| {
+            let s = s.trim();
+            if s.is_empty() {
+                Err(format!("empty item in list {value:?}"))
+            } else {
+                item(s)
+            }
+        })
+        .collect()
+}
+
+fn parse_cidr(s: &str) -> Result<IpCidr, String> {
+    s.parse::<IpCidr>().map_err(|e| e.to_string())
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    parse_decimal(s)
+        .and_then(|v| u16::try_from(v).ok())
+        .ok_or_else(|| format!("invalid port {s:?} (expected 0-65535)"))
+}
+
+/// 68 is the smallest MTU IPv4 allows; Linux rejects anything lower.
+fn parse_mtu(s: &str) -> Result<u32, String> {
+    parse_decimal(s)
+        .filter(|v| (68..=65535).contains(v))
+        .map(|v| v as u32)
+        .ok_or_else(|| format!("invalid MTU {s:?} (expected 68-65535)"))
+}
+
+fn parse_table(s: &str) -> Result<Table, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "auto" => Ok(Table::Auto),
+        "off" => Ok(Table::Off),
+        "main" => Ok(Table::Id(254)),
+        "local" => Ok(Table::Id(255)),
+        _ => parse_decimal(s)
+            .and_then(|v| u32::try_from(v).ok())
+            .map(Table::Id)
+            .ok_or_else(|| {
+                format!("invalid table {s:?} (expected auto, off, main, local or a number)")
+            }),
+    }
+}
+
+fn parse_fwmark(s: &str) -> Result<Option<u32>, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() && hex.len() <= 8 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u32::from_str_radix(hex, 16).ok()
+        }
+        Some(_) => None,
+        None => parse_decimal(s).and_then(|v| u32::try_from(v).ok()),
+    };
+    match parsed {
+        Some(0) => Ok(None),
+        Some(v) => Ok(Some(v)),
+        None => Err(format!(
+            "invalid fwmark {s:?} (expected off, a number or 0x-prefixed hex up to 0xffffffff)"
+        )),
+    }
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    if s.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if s.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(format!("invalid value {s:?} (expected true or false)"))
+    }
+}
+
+fn parse_keepalive(s: &str) -> Result<u16, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(0);
+    }
+    parse_decimal(s)
+        .and_then(|v| u16::try_from(v).ok())
+        .ok_or_else(|| format!("invalid interval {s:?} (expected off or 0-65535 seconds)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // RFC 7748 Alice/Bob private keys, base64.
+    const SK: &str = "dwdtCnMYpX08FsFyUbJmRd9ML4frwJkqsXf7pR25LCo=";
+    const SK2: &str = "XasIfmJKikt54X+Lg4AO5m87sSkmGLb9HC+LJ/+I4Os=";
+    const PSK: &str = "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0czA=";
+
+    fn pk(sk: &str) -> String {
+        PrivateKey::from_base64(sk).unwrap().public_key().to_string()
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "wg0.conf")
+    }
+
+    #[test]
+    fn full_config() {
+        let peer = pk(SK2);
+        let text = format!(
+            "# a comment\n\
+             [Interface]\n\
+             PrivateKey = {SK}\n\
+             Address = 10.0.0.1/24, fd00::1/64 # two\n\
+             Address = 10.0.1.1\n\
+             ListenPort = 51820\n\
+             MTU = 1420\n\
+             Table = main\n\
+             FwMark = 0x1f\n\
+             DNS = 1.1.1.1, example.internal\n\
+             PostUp = iptables -A FORWARD -i %i -j ACCEPT\n\
+             PostUp = echo up\n\
+             PreDown = echo down\n\
+             SaveConfig = true\n\
+             \n\
+             [Peer]\n\
+             PublicKey = {peer}\n\
+             PresharedKey = {PSK}\n\
+             AllowedIPs = 0.0.0.0/0, ::/0\n\
+             Endpoint = vpn.example.com:51820\n\
+             PersistentKeepalive = 25\n"
+        );
+        let c = parse(&text).unwrap();
+        let i = &c.interface;
+        assert_eq!(i.private_key, PrivateKey::from_base64(SK).unwrap());
+        let addrs: Vec<String> = i.addresses.iter().map(|a| a.to_string()).collect();
+        assert_eq!(addrs, ["10.0.0.1/24", "fd00::1/64", "10.0.1.1/32"]);
+        assert_eq!(i.listen_port, Some(51820));
+        assert_eq!(i.mtu, Some(1420));
+        assert_eq!(i.table, Table::Id(254));
+        assert_eq!(i.fwmark, Some(0x1f));
+        assert_eq!(i.dns, ["1.1.1.1", "example.internal"]);
+        assert_eq!(i.post_up, ["iptables -A FORWARD -i %i -j ACCEPT", "echo up"]);
+        assert_eq!(i.pre_down, ["echo down"]);
+        assert!(i.pre_up.is_empty() && i.post_down.is_empty());
+        assert!(i.save_config);
+        assert_eq!(c.peers.len(), 1);
+        let p = &c.peers[0];
+        assert_eq!(p.public_key.to_string(), peer);
+        assert_eq!(p.preshared_key, Some(PresharedKey::from_base64(PSK).unwrap()));
+        assert_eq!(p.allowed_ips.len(), 2);
+        assert_eq!(
+            p.endpoint,
+            Some(Endpoint {
+                host: "vpn.example.com".into(),
+                port: 51820
+            })
+        );
+        assert_eq!(p.persistent_keepalive, Some(25));
+    }
+
+    #[test]
+    fn good_configs() {
+        let peer = pk(SK2);
+        let cases: &[(&str, fn(&Config) -> bool)] = &[
+            ("[Interface]\nPrivateKey={SK}", |c| {
+                c.peers.is_empty()
+                    && c.interface.table == Table::Auto
+                    && c.interface.listen_port.is_none()
+                    && !c.interface.save_config
+            }),
+            // Case-insensitive sections, keys and keywords.
+            ("[INTERFACE]\nprivatekey={SK}\nLISTENPORT=1\ntable=OFF\n[peer]\npublickey={PEER}", |c| {
+                c.interface.listen_port == Some(1) && c.interface.table == Table::Off && c.peers.len() == 1
+            }),
+            ("[Interface]\nPrivateKey={SK}\nTable=1234\nFwMark=off", |c| {
+                c.interface.table == Table::Id(1234) && c.interface.fwmark.is_none()
+            }),
+            ("[Interface]\nPrivateKey={SK}\nTable=local\nFwMark=51820", |c| {
+                c.interface.table == Table::Id(255) && c.interface.fwmark == Some(51820)
+            }),
+            ("  [Interface]   # hi\n\tPrivateKey\t=\t{SK}   # trailing\n\n\n", |c| c.peers.is_empty()),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nAllowedIPs=\nEndpoint=[2001:db8::1]:51820\nPersistentKeepalive=off", |c| {
+                let p = &c.peers[0];
+                p.allowed_ips.is_empty()
+                    && p.persistent_keepalive == Some(0)
+                    && p.endpoint.as_ref().unwrap().host == "2001:db8::1"
+                    && p.endpoint.as_ref().unwrap().to_string() == "[2001:db8::1]:51820"
+            }),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nAllowedIPs=10.0.0.2/32\nAllowedIPs = 10.0.0.3/32 , 10.0.0.4/32", |c| {
+                c.peers[0].allowed_ips.len() == 3
+            }),
+            ("[Peer]\nPublicKey={PEER}\n[Interface]\nPrivateKey={SK}", |c| c.peers.len() == 1),
+            ("[Interface]\nPrivateKey={SK}\nListenPort=0\nSaveConfig=false\nMTU=65535", |c| {
+                c.interface.listen_port == Some(0) && c.interface.mtu == Some(65535)
+            }),
+        ];
+        for (i, (text, check)) in cases.iter().enumerate() {
+            let text = text.replace("{SK}", SK).replace("{PEER}", &peer);
+            let c = parse(&text).unwrap_or_else(|e| panic!("case {i}: {e}"));
+            assert!(check(&c), "case {i}: {c:?}");
+        }
+    }
+
+    #[test]
+    fn bad_configs() {
+        let peer = pk(SK2);
+        let own = pk(SK);
+        // (text, line, key, fragment of the message)
+        let cases: &[(&str, Option<usize>, Option<&str>, &str)] = &[
+            ("", None, None, "missing [Interface]"),
+            ("[Interface]\nListenPort=1", Some(1), Some("PrivateKey"), "required"),
+            ("PrivateKey={SK}", Some(1), Some("PrivateKey"), "outside of any section"),
+            ("[Interface]\nPrivateKey={SK}\n[Interface]", Some(3), None, "duplicate [Interface]"),
+            ("[Interface]\nPrivateKey={SK}\n[Peers]", Some(3), None, "unknown section"),
+            ("[Interface]\nPrivateKey={SK}\nthis line is junk", Some(3), None, "expected 'Key = Value'"),
+            ("[Interface]\nPrivateKey={SK}\n = 3", Some(3), None, "missing key"),
+            ("[Interface]\nPrivateKey={SK}\nListenPort=70000", Some(3), Some("ListenPort"), "invalid port \"70000\" (expected 0-65535)"),
+            ("[Interface]\nPrivateKey={SK}\nListenPort=+1", Some(3), Some("ListenPort"), "invalid port"),
+            ("[Interface]\nPrivateKey={SK}\nListenPort=1\nlistenport=2", Some(4), Some("ListenPort"), "duplicate key (already set on line 3)"),
+            ("[Interface]\nPrivateKey={SK}\nPrivateKey={SK}", Some(3), Some("PrivateKey"), "duplicate"),
+            ("[Interface]\nPrivateKey={SK}\nMTU=20", Some(3), Some("MTU"), "expected 68-65535"),
+            ("[Interface]\nPrivateKey={SK}\nTable=sideways", Some(3), Some("Table"), "invalid table"),
+            ("[Interface]\nPrivateKey={SK}\nFwMark=0x", Some(3), Some("FwMark"), "invalid fwmark"),
+            ("[Interface]\nPrivateKey={SK}\nFwMark=0x100000000", Some(3), Some("FwMark"), "invalid fwmark"),
+            ("[Interface]\nPrivateKey={SK}\nSaveConfig=yes", Some(3), Some("SaveConfig"), "true or false"),
+            ("[Interface]\nPrivateKey={SK}\nAddress=10.0.0.1/33", Some(3), Some("Address"), "0-32"),
+            ("[Interface]\nPrivateKey={SK}\nAddress=10.0.0.1,,10.0.0.2", Some(3), Some("Address"), "empty item"),
+            ("[Interface]\nPrivateKey={SK}\nListenPrt=1", Some(3), Some("ListenPrt"), "unknown key"),
+            ("[Interface]\nPrivateKey={SK}\nPublicKey={PEER}", Some(3), Some("PublicKey"), "unknown key in [Interface]"),
+            ("[Interface]\nPrivateKey=abc", Some(2), Some("PrivateKey"), "not a valid base64-encoded 32-byte key"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nAllowedIPs=10.0.0.0/8", Some(3), Some("PublicKey"), "required"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nAddress=10.0.0.1", Some(5), Some("Address"), "unknown key in [Peer]"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\n[Peer]\nPublicKey={PEER}", Some(6), Some("PublicKey"), "duplicate peer (same public key as the peer on line 4)"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={OWN}", Some(4), Some("PublicKey"), "own public key"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=2001:db8::1:51820", Some(5), Some("Endpoint"), "invalid endpoint"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host", Some(5), Some("Endpoint"), "invalid endpoint"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host:99999", Some(5), Some("Endpoint"), "invalid endpoint"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=[::1]51820", Some(5), Some("Endpoint"), "invalid endpoint"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPersistentKeepalive=65536", Some(5), Some("PersistentKeepalive"), "0-65535"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPresharedKey=nope", Some(5), Some("PresharedKey"), "not a valid base64"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nAllowedIPs=10.0.0.0/8,bogus", Some(5), Some("AllowedIPs"), "\"bogus\""),
+        ];
+        for (text, line, key, fragment) in cases {
+            let text = text
+                .replace("{SK}", SK)
+                .replace("{PEER}", &peer)
+                .replace("{OWN}", &own);
+            let err = parse(&text).expect_err(&text);
+            let msg = err.to_string();
+            match &err {
+                ConfigError::Invalid {
+                    source_name,
+                    line: l,
+                    key: k,
+                    ..
+                } => {
+                    assert_eq!(source_name, "wg0.conf");
+                    assert_eq!(l, line, "{msg}");
+                    assert_eq!(k.as_deref(), *key, "{msg}");
+                }
+                other => panic!("unexpected error {other:?}"),
+            }
+            assert!(msg.contains(fragment), "{msg:?} lacks {fragment:?}");
+            let prefix = match (line, key) {
+                (Some(l), Some(k)) => format!("wg0.conf:{l}: key '{k}': "),
+                (Some(l), None) => format!("wg0.conf:{l}: "),
+                (None, _) => "wg0.conf: ".to_string(),
+            };
+            assert!(msg.starts_with(&prefix), "{msg:?} vs {prefix:?}");
+        }
+    }
+
+    #[test]
+    fn exact_message_format() {
+        let text = format!("[Interface]\nPrivateKey = {SK}\n\n\n\n\nListenPort = 70000\n");
+        assert_eq!(
+            parse(&text).unwrap_err().to_string(),
+            "wg0.conf:7: key 'ListenPort': invalid port \"70000\" (expected 0-65535)"
+        );
+    }
+
+    #[test]
+    fn secrets_never_in_messages() {
+        // Almost-valid secrets: wrong length, bad padding, bad characters.
+        let secrets = [
+            &SK[..43],
+            &PSK[..40],
+            "dwdtCnMYpX08FsFyUbJmRd9ML4frwJkqsXf7pR25LCo==",
+            "dwdtCnMYpX08FsFyUbJmRd9ML4frwJkqsXf7pR25LC!=",
+        ];
+        for s in secrets {
+            for text in [
+                format!("[Interface]\nPrivateKey = {s}\n"),
+                format!("[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {}\nPresharedKey = {s}\n", pk(SK2)),
+            ] {
+                let msg = parse(&text).unwrap_err().to_string();
+                assert!(!msg.contains(&s[..20]), "{msg}");
+                assert!(msg.contains("not a valid base64-encoded 32-byte key"), "{msg}");
+            }
+        }
+        // Nor in a duplicate-key message, nor in Debug output of the config.
+        let msg = parse(&format!("[Interface]\nPrivateKey={SK}\nPrivateKey={SK2}"))
+            .unwrap_err()
+            .to_string();
+        assert!(!msg.contains(&SK[..20]) && !msg.contains(&SK2[..20]), "{msg}");
+        let c = parse(&format!(
+            "[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={}\nPresharedKey={PSK}",
+            pk(SK2)
+        ))
+        .unwrap();
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains(&SK[..20]) && !dbg.contains(&PSK[..20]));
+    }
+
+    #[test]
+    fn interface_names() {
+        assert_eq!(Config::interface_name("/etc/wireguard/wg0.conf").unwrap(), "wg0");
+        assert_eq!(Config::interface_name("a_b=c+d.e-f.conf").unwrap(), "a_b=c+d.e-f");
+        assert_eq!(Config::interface_name("123456789012345.conf").unwrap(), "123456789012345");
+        for bad in ["1234567890123456.conf", "wg 0.conf", "wg*0", "wg:0.conf", "", "wgä.conf"] {
+            assert!(Config::interface_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn load_from_disk() {
+        let dir = std::env::temp_dir().join(format!("braid-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("wgtest.conf");
+        std::fs::write(&path, format!("[Interface]\nPrivateKey={SK}\nMTU=x\n")).unwrap();
+        let msg = Config::load(&path).unwrap_err().to_string();
+        assert!(msg.starts_with("wgtest.conf:3: key 'MTU': "), "{msg}");
+        std::fs::write(&path, format!("[Interface]\nPrivateKey={SK}\n")).unwrap();
+        assert!(Config::load(&path).is_ok());
+        let missing = Config::load(dir.join("nope.conf")).unwrap_err();
+        assert!(matches!(missing, ConfigError::Io { .. }));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn endpoint_resolution() {
+        let e = Endpoint::parse("127.0.0.1:51820").unwrap();
+        assert_eq!(e.resolve().unwrap(), "127.0.0.1:51820".parse().unwrap());
+        let e = Endpoint::parse("[::1]:1").unwrap();
+        assert_eq!(e.resolve().unwrap(), "[::1]:1".parse().unwrap());
+        let e = Endpoint::parse("localhost:7").unwrap();
+        assert_eq!(e.resolve().unwrap().port(), 7);
+    }
+}
