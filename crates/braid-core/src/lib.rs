@@ -1,4 +1,15 @@
 //! braid's protocol core, sans-IO: it owns no socket and reads no clock.
 //! Every input carries `now`; `poll_timeout()` says when to call next.
 
+pub mod allowed_ips;
 pub mod batch;
+pub mod consts;
+pub mod cookie;
+pub mod crypto;
+pub mod device;
+pub mod messages;
+pub mod noise;
+pub mod peer;
+pub mod replay;
+pub mod session;
+pub mod timers;

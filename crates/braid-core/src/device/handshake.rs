@@ -1,0 +1,208 @@
+//! Handshake messages in and out: initiation, response, cookie reply.
+
+use super::{Device, IndexEntry};
+use crate::consts::INITIATIONS_PER_SECOND;
+use crate::cookie::MacVerdict;
+use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};
+use crate::noise;
+use crate::peer::PeerId;
+use crate::session::Keypair;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use x25519_dalek::StaticSecret;
+
+/// What the mac check decided for an incoming handshake message.
+enum Admission {
+    Proceed,
+    Drop,
+}
+
+impl Device {
+    /// Sends a handshake initiation to a peer. `retry` is a timer-driven
+    /// retransmission, which is not subject to the REKEY_TIMEOUT rate limit.
+    pub(super) fn initiate(&mut self, now: Instant, pid: PeerId, retry: bool) {
+        let Some(p) = self.peers[pid].as_ref() else {
+            return;
+        };
+        if !retry && !p.may_initiate(now) {
+            return;
+        }
+        let (Some(endpoint), true) = (p.endpoint, self.local.is_some()) else {
+            return;
+        };
+        if let Some(old) = self.peers[pid].as_mut().and_then(|p| p.handshake.take()) {
+            self.indices.remove(&old.local_index);
+        }
+        let index = self.new_index(IndexEntry::Handshake(pid));
+        let ephemeral = StaticSecret::from(self.random_bytes::<32>());
+        let timestamp = self.timestamp(now);
+        let jitter = self.jitter();
+        let local = self.local.as_ref().expect("checked above");
+        let p = self.peers[pid].as_mut().expect("checked above");
+        let mut msg = [0u8; INITIATION_LEN];
+        let state =
+            noise::create_initiation(local, &p.remote, ephemeral, &timestamp, index, &mut msg);
+        p.cookie.add_macs(now, &mut msg);
+        p.handshake = Some(state);
+        p.last_initiation_sent = Some(now);
+        p.counters.handshakes_initiated += 1;
+        p.on_authenticated_traversal(now);
+        p.on_authenticated_sent();
+        p.on_handshake_initiated(now, jitter);
+        self.queue_control(endpoint, &msg);
+    }
+
+    /// mac1 always; under load mac2 too, else answer with a cookie reply.
+    fn admit(&mut self, now: Instant, msg: &[u8], src: SocketAddr, sender_index: u32) -> Admission {
+        let under_load = self.under_load(now);
+        let Some(checker) = self.checker.as_mut() else {
+            return Admission::Drop;
+        };
+        match checker.verify(now, msg, src, under_load) {
+            MacVerdict::Invalid => {
+                self.counters.invalid_mac += 1;
+                Admission::Drop
+            }
+            MacVerdict::Mac1Only if under_load => {
+                let mut reply = [0u8; COOKIE_REPLY_LEN];
+                let checker = self.checker.as_mut().expect("checked above");
+                checker.create_reply(now, msg, src, sender_index, &mut self.rng, &mut reply);
+                self.counters.cookie_replies_sent += 1;
+                self.queue_control(src, &reply);
+                Admission::Drop
+            }
+            _ => Admission::Proceed,
+        }
+    }
+
+    pub(super) fn receive_initiation(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        msg: &[u8; INITIATION_LEN],
+    ) {
+        let sender = messages::read_u32(msg, messages::initiation::SENDER);
+        if let Admission::Drop = self.admit(now, msg, src, sender) {
+            return;
+        }
+        let Some(local) = self.local.as_ref() else {
+            return;
+        };
+        let Ok(received) = noise::consume_initiation(local, msg) else {
+            self.counters.handshake_rejected += 1;
+            return;
+        };
+        let Some(pid) = self.find_peer(&received.peer_public) else {
+            self.counters.handshake_rejected += 1;
+            return;
+        };
+        let p = self.peers[pid].as_mut().expect("indexed peer exists");
+        let min_gap = Duration::from_secs(1) / INITIATIONS_PER_SECOND;
+        let replayed = received.timestamp <= p.latest_timestamp;
+        let flood = p
+            .last_initiation_consumed
+            .is_some_and(|t| now.saturating_duration_since(t) < min_gap);
+        if replayed || flood {
+            self.counters.handshake_flood_dropped += 1;
+            return;
+        }
+        p.latest_timestamp = received.timestamp;
+        p.last_initiation_consumed = Some(now);
+
+        let index = self.new_index(IndexEntry::Session(pid));
+        let ephemeral = StaticSecret::from(self.random_bytes::<32>());
+        let p = self.peers[pid].as_mut().expect("indexed peer exists");
+        let mut response = [0u8; RESPONSE_LEN];
+        let keys = noise::create_response(&received, &p.remote, ephemeral, index, &mut response);
+        p.cookie.add_macs(now, &mut response);
+        let kp = Box::new(Keypair::new(
+            &keys,
+            index,
+            received.remote_index,
+            now,
+            false,
+        ));
+
+        let mut dropped = std::mem::take(&mut self.scratch_indices);
+        // The peer's initiation supersedes ours (only one handshake at a time).
+        if let Some(ours) = p.handshake.take() {
+            dropped.push(ours.local_index);
+        }
+        p.keypairs.install(kp, &mut dropped);
+        p.endpoint = Some(src);
+        p.counters.handshake_responses_sent += 1;
+        p.on_session_derived(now);
+        p.on_authenticated_received();
+        p.on_authenticated_traversal(now);
+        p.on_authenticated_sent();
+        self.drop_indices(&mut dropped);
+        self.scratch_indices = dropped;
+        self.queue_control(src, &response);
+    }
+
+    pub(super) fn receive_response(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        msg: &[u8; RESPONSE_LEN],
+    ) {
+        let sender = messages::read_u32(msg, messages::response::SENDER);
+        if let Admission::Drop = self.admit(now, msg, src, sender) {
+            return;
+        }
+        let receiver = messages::read_u32(msg, messages::response::RECEIVER);
+        let Some(&IndexEntry::Handshake(pid)) = self.indices.get(&receiver) else {
+            self.counters.handshake_rejected += 1;
+            return;
+        };
+        let (Some(local), Some(p)) = (self.local.as_ref(), self.peers[pid].as_mut()) else {
+            return;
+        };
+        let Some(state) = p.handshake.as_ref().filter(|h| h.local_index == receiver) else {
+            self.counters.handshake_rejected += 1;
+            return;
+        };
+        let Ok(keys) = noise::consume_response(state, local, &p.remote, msg) else {
+            self.counters.handshake_rejected += 1;
+            return;
+        };
+        p.handshake = None;
+        let kp = Box::new(Keypair::new(&keys, receiver, sender, now, true));
+        let mut dropped = std::mem::take(&mut self.scratch_indices);
+        p.keypairs.install(kp, &mut dropped);
+        p.endpoint = Some(src);
+        let wall = self.wall_base + now.saturating_duration_since(self.mono_base);
+        p.on_handshake_complete(wall);
+        p.on_session_derived(now);
+        p.on_authenticated_received();
+        p.on_authenticated_traversal(now);
+        let has_staged = !p.staged.is_empty();
+        self.indices.insert(receiver, IndexEntry::Session(pid));
+        self.drop_indices(&mut dropped);
+        self.scratch_indices = dropped;
+        // Confirm the session to the responder at once: with data if some
+        // waited for it, else with a keepalive.
+        if has_staged {
+            self.schedule_flush(pid);
+        } else {
+            self.send_keepalive(now, pid);
+        }
+    }
+
+    pub(super) fn receive_cookie_reply(&mut self, now: Instant, msg: &[u8; COOKIE_REPLY_LEN]) {
+        let receiver = messages::read_u32(msg, messages::cookie_reply::RECEIVER);
+        let pid = match self.indices.get(&receiver) {
+            Some(IndexEntry::Handshake(pid)) | Some(IndexEntry::Session(pid)) => *pid,
+            None => {
+                self.counters.unknown_index += 1;
+                return;
+            }
+        };
+        if let Some(p) = self.peers[pid].as_mut() {
+            match p.cookie.consume_reply(now, msg) {
+                Ok(()) => p.counters.cookie_replies_received += 1,
+                Err(_) => p.counters.auth_failed += 1,
+            }
+        }
+    }
+}

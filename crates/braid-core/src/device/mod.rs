@@ -1,0 +1,431 @@
+//! The device: one WireGuard interface as a sans-IO state machine.
+//!
+//! ```text
+//!  TUN batch ─► encapsulate(now) ─► (in place) ─► UDP batch      outgoing
+//!  UDP batch ─► decapsulate(now) ─► (in place) ─► TUN batch      incoming
+//!  handle_timeout(now)   fires per-peer timers (retries, keepalives, rekey)
+//!  poll_transmit(now, batch)   drains handshakes, cookies, keepalives and
+//!                              packets that waited for a session
+//!  poll_timeout()   when handle_timeout must run next
+//! ```
+//!
+//! Nothing here reads a clock, opens a socket or allocates per data packet;
+//! randomness comes from a seeded generator so tests are reproducible.
+
+mod handshake;
+mod receive;
+mod send;
+
+use crate::allowed_ips::{AllowedIps, InvalidPrefix};
+use crate::consts::*;
+use crate::cookie::CookieChecker;
+use crate::messages::INITIATION_LEN;
+use crate::noise::{self, LocalStatic, RemoteStatic};
+use crate::peer::{Peer, PeerId};
+use crate::timers::Timer;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Device-wide counters of what was dropped and why (attacker-triggerable
+/// events are counted, never logged per packet).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Datagrams that are no WireGuard message (type/length mismatch).
+    pub invalid_datagrams: u64,
+    /// Handshake messages whose mac1 was wrong.
+    pub invalid_mac: u64,
+    /// Handshake messages that failed to decrypt or named no known peer.
+    pub handshake_rejected: u64,
+    /// Initiations dropped as replays or for exceeding the per-peer rate.
+    pub handshake_flood_dropped: u64,
+    pub cookie_replies_sent: u64,
+    /// Data messages for a receiver index we do not have.
+    pub unknown_index: u64,
+    /// Packets from the TUN with no peer in AllowedIPs.
+    pub no_route: u64,
+    /// Control messages dropped because the output queue was full.
+    pub control_queue_full: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IndexEntry {
+    /// Our pending initiation to this peer.
+    Handshake(PeerId),
+    /// One of this peer's sessions.
+    Session(PeerId),
+}
+
+/// A small outgoing message (handshake, cookie reply, keepalive).
+struct Control {
+    dst: SocketAddr,
+    len: usize,
+    bytes: [u8; INITIATION_LEN],
+}
+
+/// What a peer looks like from outside, for `wg show` and the UAPI.
+#[derive(Debug, Clone)]
+pub struct PeerInfo {
+    pub public_key: [u8; 32],
+    pub preshared_key: [u8; 32],
+    pub endpoint: Option<SocketAddr>,
+    pub persistent_keepalive: u16,
+    pub last_handshake: Option<SystemTime>,
+    pub allowed_ips: Vec<(IpAddr, u8)>,
+    pub counters: crate::peer::PeerCounters,
+}
+
+pub struct Device {
+    local: Option<LocalStatic>,
+    checker: Option<CookieChecker>,
+    peers: Vec<Option<Peer>>,
+    by_key: HashMap<[u8; 32], PeerId>,
+    allowed: AllowedIps<PeerId>,
+    indices: HashMap<u32, IndexEntry>,
+    rng: ChaCha20Rng,
+    mono_base: Instant,
+    wall_base: SystemTime,
+    mtu: usize,
+    control: VecDeque<Control>,
+    /// Peers with staged packets that may now be sendable.
+    pending_flush: Vec<PeerId>,
+    handshake_window: (Instant, u32),
+    under_load_until: Option<Instant>,
+    scratch_indices: Vec<u32>,
+    pub counters: DeviceCounters,
+}
+
+impl Device {
+    /// `now` and `wall` are the same moment on the monotonic and the wall
+    /// clock (TAI64N timestamps and "latest handshake" need wall time);
+    /// `seed` feeds every random choice (ephemeral keys, indices, jitter).
+    pub fn new(now: Instant, wall: SystemTime, seed: [u8; 32]) -> Self {
+        Device {
+            local: None,
+            checker: None,
+            peers: Vec::new(),
+            by_key: HashMap::new(),
+            allowed: AllowedIps::new(),
+            indices: HashMap::new(),
+            rng: ChaCha20Rng::from_seed(seed),
+            mono_base: now,
+            wall_base: wall,
+            mtu: DEFAULT_MTU,
+            control: VecDeque::new(),
+            pending_flush: Vec::new(),
+            handshake_window: (now, 0),
+            under_load_until: None,
+            scratch_indices: Vec::new(),
+            counters: DeviceCounters::default(),
+        }
+    }
+
+    // ----- configuration -----
+
+    pub fn set_private_key(&mut self, private: Option<[u8; 32]>) {
+        self.local = private.map(LocalStatic::new);
+        self.checker = self.local.as_ref().map(|l| CookieChecker::new(&l.public));
+        // A peer can't be ourselves.
+        if let Some(own) = self.public_key() {
+            if self.by_key.contains_key(&own) {
+                self.remove_peer(&own);
+            }
+        }
+        for pid in 0..self.peers.len() {
+            if self.peers[pid].is_some() {
+                self.recompute_static(pid);
+                self.forget_sessions(pid);
+            }
+        }
+    }
+
+    pub fn private_key(&self) -> Option<[u8; 32]> {
+        self.local.as_ref().map(|l| l.private.to_bytes())
+    }
+
+    pub fn public_key(&self) -> Option<[u8; 32]> {
+        self.local.as_ref().map(|l| l.public)
+    }
+
+    pub fn set_mtu(&mut self, mtu: usize) {
+        self.mtu = mtu;
+    }
+
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    pub fn find_peer(&self, public: &[u8; 32]) -> Option<PeerId> {
+        self.by_key.get(public).copied()
+    }
+
+    /// Adds a peer (or returns the existing one). `None` when the key is our own.
+    pub fn add_peer(&mut self, public: [u8; 32]) -> Option<PeerId> {
+        if let Some(&pid) = self.by_key.get(&public) {
+            return Some(pid);
+        }
+        if self.public_key() == Some(public) {
+            return None;
+        }
+        // Peer math needs our static key; without one use a placeholder that
+        // is recomputed when the key is set.
+        let placeholder;
+        let local = match &self.local {
+            Some(l) => l,
+            None => {
+                placeholder = LocalStatic::new([0; 32]);
+                &placeholder
+            }
+        };
+        let peer = Peer::new(local, public);
+        let pid = match self.peers.iter().position(Option::is_none) {
+            Some(free) => {
+                self.peers[free] = Some(peer);
+                free
+            }
+            None => {
+                self.peers.push(Some(peer));
+                self.peers.len() - 1
+            }
+        };
+        self.by_key.insert(public, pid);
+        Some(pid)
+    }
+
+    pub fn remove_peer(&mut self, public: &[u8; 32]) -> bool {
+        let Some(pid) = self.by_key.remove(public) else {
+            return false;
+        };
+        self.allowed.remove_value(pid);
+        self.indices.retain(|_, e| match e {
+            IndexEntry::Handshake(p) | IndexEntry::Session(p) => *p != pid,
+        });
+        self.pending_flush.retain(|&p| p != pid);
+        self.peers[pid] = None;
+        true
+    }
+
+    pub fn remove_all_peers(&mut self) {
+        let keys: Vec<[u8; 32]> = self.by_key.keys().copied().collect();
+        for k in keys {
+            self.remove_peer(&k);
+        }
+    }
+
+    pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().map(|_| i))
+    }
+
+    pub fn peer(&self, pid: PeerId) -> Option<&Peer> {
+        self.peers.get(pid).and_then(Option::as_ref)
+    }
+
+    pub fn set_preshared_key(&mut self, pid: PeerId, psk: [u8; 32]) {
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.remote.preshared = psk;
+        }
+    }
+
+    pub fn set_endpoint(&mut self, pid: PeerId, endpoint: SocketAddr) {
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.endpoint = Some(endpoint);
+        }
+    }
+
+    /// Sets the persistent keepalive; turning it on sends one at once, which
+    /// is also what brings a configured tunnel up without traffic.
+    pub fn set_persistent_keepalive(&mut self, now: Instant, pid: PeerId, seconds: u16) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        let was = p.persistent_keepalive;
+        p.persistent_keepalive = seconds;
+        if seconds == 0 {
+            p.timers.cancel(Timer::PersistentKeepalive);
+        } else if was == 0 {
+            self.send_keepalive(now, pid);
+        }
+    }
+
+    pub fn add_allowed_ip(
+        &mut self,
+        pid: PeerId,
+        addr: IpAddr,
+        prefix: u8,
+    ) -> Result<(), InvalidPrefix> {
+        self.allowed.insert(addr, prefix, pid).map(|_| ())
+    }
+
+    pub fn clear_allowed_ips(&mut self, pid: PeerId) {
+        self.allowed.remove_value(pid);
+    }
+
+    pub fn peer_info(&self, pid: PeerId) -> Option<PeerInfo> {
+        let p = self.peer(pid)?;
+        Some(PeerInfo {
+            public_key: p.public_key(),
+            preshared_key: p.remote.preshared,
+            endpoint: p.endpoint,
+            persistent_keepalive: p.persistent_keepalive,
+            last_handshake: p.last_handshake,
+            allowed_ips: self.allowed.entries_for(pid),
+            counters: p.counters,
+        })
+    }
+
+    // ----- time -----
+
+    /// When `handle_timeout` must run next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.peers
+            .iter()
+            .flatten()
+            .filter_map(|p| p.timers.next())
+            .min()
+    }
+
+    /// Fires every timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for pid in 0..self.peers.len() {
+            while let Some(t) = self.peers[pid]
+                .as_mut()
+                .and_then(|p| p.timers.pop_expired(now))
+            {
+                self.fire(now, pid, t);
+            }
+        }
+    }
+
+    fn fire(&mut self, now: Instant, pid: PeerId, timer: Timer) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        match timer {
+            Timer::RetransmitHandshake => {
+                if p.handshake_attempts > MAX_TIMER_HANDSHAKES {
+                    // Give up until new traffic asks again; forget keys later.
+                    p.timers.cancel(Timer::SendKeepalive);
+                    p.purge_staged();
+                    if !p.timers.is_set(Timer::ZeroKeyMaterial) {
+                        p.timers
+                            .set(Timer::ZeroKeyMaterial, now + REJECT_AFTER_TIME * 3);
+                    }
+                } else {
+                    p.handshake_attempts += 1;
+                    self.initiate(now, pid, true);
+                }
+            }
+            Timer::SendKeepalive => {
+                self.send_keepalive(now, pid);
+                let Some(p) = self.peers[pid].as_mut() else {
+                    return;
+                };
+                if p.need_another_keepalive {
+                    p.need_another_keepalive = false;
+                    p.timers.set(Timer::SendKeepalive, now + KEEPALIVE_TIMEOUT);
+                }
+            }
+            Timer::NewHandshake => self.initiate(now, pid, false),
+            Timer::ZeroKeyMaterial => self.forget_sessions(pid),
+            Timer::PersistentKeepalive => {
+                if p.persistent_keepalive > 0 {
+                    self.send_keepalive(now, pid);
+                }
+            }
+        }
+    }
+
+    // ----- internals shared by send and receive -----
+
+    fn recompute_static(&mut self, pid: PeerId) {
+        let (Some(local), Some(p)) = (&self.local, self.peers[pid].as_mut()) else {
+            return;
+        };
+        let psk = p.remote.preshared;
+        p.remote = RemoteStatic::new(local, p.remote.public, psk);
+    }
+
+    /// Drops every session and the pending handshake of a peer.
+    fn forget_sessions(&mut self, pid: PeerId) {
+        let mut dropped = std::mem::take(&mut self.scratch_indices);
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.keypairs.clear(&mut dropped);
+            if let Some(h) = p.handshake.take() {
+                dropped.push(h.local_index);
+            }
+        }
+        self.drop_indices(&mut dropped);
+        self.scratch_indices = dropped;
+    }
+
+    fn drop_indices(&mut self, dropped: &mut Vec<u32>) {
+        for idx in dropped.drain(..) {
+            self.indices.remove(&idx);
+        }
+    }
+
+    fn new_index(&mut self, entry: IndexEntry) -> u32 {
+        loop {
+            let idx = self.rng.next_u32();
+            if let std::collections::hash_map::Entry::Vacant(v) = self.indices.entry(idx) {
+                v.insert(entry);
+                return idx;
+            }
+        }
+    }
+
+    fn jitter(&mut self) -> Duration {
+        Duration::from_nanos(self.rng.next_u64() % REKEY_TIMEOUT_JITTER_MAX.as_nanos() as u64)
+    }
+
+    fn random_bytes<const N: usize>(&mut self) -> [u8; N] {
+        let mut b = [0u8; N];
+        self.rng.fill_bytes(&mut b);
+        b
+    }
+
+    pub fn wall_clock(&self, now: Instant) -> SystemTime {
+        self.wall_base + now.saturating_duration_since(self.mono_base)
+    }
+
+    fn timestamp(&self, now: Instant) -> noise::Timestamp {
+        let since = self
+            .wall_clock(now)
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        noise::tai64n(since.as_secs(), since.subsec_nanos())
+    }
+
+    fn queue_control(&mut self, dst: SocketAddr, msg: &[u8]) {
+        if self.control.len() >= MAX_QUEUED_CONTROL {
+            self.counters.control_queue_full += 1;
+            return;
+        }
+        let mut c = Control {
+            dst,
+            len: msg.len(),
+            bytes: [0; INITIATION_LEN],
+        };
+        c.bytes[..msg.len()].copy_from_slice(msg);
+        self.control.push_back(c);
+    }
+
+    /// Counts a handshake message and says whether we are under load.
+    fn under_load(&mut self, now: Instant) -> bool {
+        let (start, count) = &mut self.handshake_window;
+        if now.saturating_duration_since(*start) >= Duration::from_secs(1) {
+            *start = now;
+            *count = 0;
+        }
+        *count += 1;
+        if *count > UNDER_LOAD_HANDSHAKES_PER_SECOND {
+            self.under_load_until = Some(now + UNDER_LOAD_AFTER);
+        }
+        self.under_load_until.is_some_and(|u| now < u)
+    }
+}

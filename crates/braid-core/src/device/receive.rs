@@ -1,0 +1,151 @@
+//! The incoming path: datagrams become IP packets in place, after
+//! authentication, the replay check and the cryptokey-routing check of the
+//! inner source address.
+
+use super::{Device, IndexEntry};
+use crate::batch::PacketBatch;
+use crate::consts::*;
+use crate::messages::{self, Kind, DATA_HEADER_LEN};
+use crate::peer::PeerId;
+use crate::session::{OpenError, SlotName};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// Length of the IP packet at the start of `plain` (the rest is padding),
+/// and whether its source address belongs to `pid`.
+fn inner_packet(device: &Device, pid: PeerId, plain: &[u8]) -> Option<usize> {
+    let (len, owner) = match plain.first()? >> 4 {
+        4 if plain.len() >= 20 => {
+            let len = u16::from_be_bytes([plain[2], plain[3]]) as usize;
+            (
+                len,
+                device.allowed.lookup_v4(plain[12..16].try_into().ok()?),
+            )
+        }
+        6 if plain.len() >= 40 => {
+            let len = 40 + u16::from_be_bytes([plain[4], plain[5]]) as usize;
+            (len, device.allowed.lookup_v6(plain[8..24].try_into().ok()?))
+        }
+        _ => return None,
+    };
+    (len <= plain.len() && len >= 20 && owner == Some(pid)).then_some(len)
+}
+
+impl Device {
+    /// Processes every datagram of `batch` (as received from UDP, at offset
+    /// 0, with source addresses). Data messages become IP packets for the
+    /// TUN in place; everything else is consumed, and any answers it needs
+    /// wait in `poll_transmit`.
+    pub fn decapsulate(&mut self, now: Instant, batch: &mut PacketBatch) {
+        for i in 0..batch.len() {
+            let src = batch.addr(i);
+            let offset = batch.offset(i);
+            let datagram = batch.packet_mut(i);
+            let kind = messages::classify(datagram);
+            match kind {
+                Some(Kind::Data) => match self.receive_data(now, src, datagram) {
+                    Some(len) => batch.set_packet(i, offset + DATA_HEADER_LEN, len, src),
+                    None => batch.consume(i),
+                },
+                Some(Kind::Initiation) => {
+                    let msg = (&*datagram).try_into().expect("classified by length");
+                    self.receive_initiation(now, src, msg);
+                    batch.consume(i);
+                }
+                Some(Kind::Response) => {
+                    let msg = (&*datagram).try_into().expect("classified by length");
+                    self.receive_response(now, src, msg);
+                    batch.consume(i);
+                }
+                Some(Kind::CookieReply) => {
+                    let msg = (&*datagram).try_into().expect("classified by length");
+                    self.receive_cookie_reply(now, msg);
+                    batch.consume(i);
+                }
+                None => {
+                    self.counters.invalid_datagrams += 1;
+                    batch.consume(i);
+                }
+            }
+        }
+    }
+
+    /// Decrypts a data message in place; returns the length of the IP
+    /// packet now at `DATA_HEADER_LEN`, or None when there is nothing to
+    /// deliver (keepalive, forgery, replay, wrong inner source).
+    fn receive_data(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        datagram: &mut [u8],
+    ) -> Option<usize> {
+        let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
+        let Some(&IndexEntry::Session(pid)) = self.indices.get(&receiver) else {
+            self.counters.unknown_index += 1;
+            return None;
+        };
+        let p = self.peers[pid].as_mut()?;
+        let (slot, kp) = p.keypairs.find_mut(receiver)?;
+        if kp.age(now) >= REJECT_AFTER_TIME {
+            return None;
+        }
+        let plain_len = match kp.open_in_place(datagram) {
+            Ok(n) => n,
+            Err(OpenError::Replayed) => {
+                p.counters.replayed += 1;
+                return None;
+            }
+            Err(OpenError::Auth) => {
+                p.counters.auth_failed += 1;
+                return None;
+            }
+        };
+        p.endpoint = Some(src);
+        p.counters.rx_bytes += datagram.len() as u64;
+        p.on_authenticated_received();
+        p.on_authenticated_traversal(now);
+        if slot == SlotName::Next {
+            // First data on the responder's new session: the initiator has
+            // it, so it becomes current and the handshake is complete.
+            let mut dropped = std::mem::take(&mut self.scratch_indices);
+            let wall = self.wall_clock(now);
+            let p = self.peers[pid].as_mut()?;
+            p.keypairs.confirm_next(&mut dropped);
+            p.on_handshake_complete(wall);
+            self.drop_indices(&mut dropped);
+            self.scratch_indices = dropped;
+            self.schedule_flush(pid);
+        }
+        self.keep_key_fresh_on_receive(now, pid);
+
+        let p = self.peers[pid].as_mut()?;
+        if plain_len == 0 {
+            p.counters.keepalives_received += 1;
+            return None;
+        }
+        let plain = &datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len];
+        let Some(len) = inner_packet(self, pid, plain) else {
+            self.peers[pid].as_mut()?.counters.disallowed_source += 1;
+            return None;
+        };
+        let p = self.peers[pid].as_mut()?;
+        p.counters.rx_packets += 1;
+        p.on_data_received(now);
+        Some(len)
+    }
+
+    /// The initiator rekeys before its session nears the reject age, even
+    /// if it only receives (paper §6.2).
+    fn keep_key_fresh_on_receive(&mut self, now: Instant, pid: PeerId) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        let old = p.keypairs.current.as_ref().is_some_and(|k| {
+            k.initiator && k.age(now) >= REJECT_AFTER_TIME - KEEPALIVE_TIMEOUT - REKEY_TIMEOUT
+        });
+        if old && !p.sent_lastminute_handshake {
+            p.sent_lastminute_handshake = true;
+            self.initiate(now, pid, false);
+        }
+    }
+}

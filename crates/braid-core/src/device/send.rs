@@ -1,0 +1,191 @@
+//! The outgoing path: IP packets from the TUN become data messages in place;
+//! packets without a session wait in the peer's staging queue.
+
+use super::Device;
+use crate::batch::{PacketBatch, HEADROOM};
+use crate::consts::*;
+use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
+use crate::peer::PeerId;
+use std::time::Instant;
+
+/// WireGuard pads plaintext to a multiple of 16, but never beyond the MTU.
+fn padded_len(len: usize, mtu: usize) -> usize {
+    let rounded = len.div_ceil(PADDING_MULTIPLE) * PADDING_MULTIPLE;
+    rounded.min(mtu).max(len)
+}
+
+/// The peer an IP packet is for, by its destination address.
+fn destination_peer(device: &Device, packet: &[u8]) -> Option<PeerId> {
+    match packet.first()? >> 4 {
+        4 if packet.len() >= 20 => device.allowed.lookup_v4(packet[16..20].try_into().ok()?),
+        6 if packet.len() >= 40 => device.allowed.lookup_v6(packet[24..40].try_into().ok()?),
+        _ => None,
+    }
+}
+
+impl Device {
+    /// Turns every IP packet of `batch` (read from the TUN at offset
+    /// `HEADROOM`) into a data message for its peer, in place. Packets that
+    /// cannot be sent now are staged or dropped; their slots are consumed.
+    pub fn encapsulate(&mut self, now: Instant, batch: &mut PacketBatch) {
+        for i in 0..batch.len() {
+            let (buf, offset, len) = batch.slot_parts_mut(i);
+            if len == 0 {
+                continue;
+            }
+            debug_assert_eq!(offset, HEADROOM, "TUN packets are read at HEADROOM");
+            let packet = &buf[offset..offset + len];
+            let Some(pid) = destination_peer(self, packet) else {
+                self.counters.no_route += 1;
+                batch.consume(i);
+                continue;
+            };
+            let mtu = self.mtu;
+            let p = self.peers[pid].as_mut().expect("routed peer exists");
+            let sendable = p.staged.is_empty()
+                && p.endpoint.is_some()
+                && p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
+            if !sendable {
+                p.stage(packet);
+                batch.consume(i);
+                self.schedule_flush(pid);
+                continue;
+            }
+            let endpoint = p.endpoint.expect("checked above");
+            let kp = p.keypairs.current.as_mut().expect("checked above");
+            let datagram_len = kp.seal_in_place(buf, len, padded_len(len, mtu));
+            batch.set_packet(i, 0, datagram_len, endpoint);
+            self.after_data_sent(now, pid, datagram_len);
+        }
+    }
+
+    /// Timers and counters after a data message left; may start a rekey.
+    fn after_data_sent(&mut self, now: Instant, pid: PeerId, datagram_len: usize) {
+        let p = self.peers[pid].as_mut().expect("caller checked");
+        p.counters.tx_bytes += datagram_len as u64;
+        p.counters.tx_packets += 1;
+        if !p.timers.is_set(crate::timers::Timer::NewHandshake) {
+            let jitter = self.jitter();
+            self.peers[pid]
+                .as_mut()
+                .expect("caller checked")
+                .on_data_sent(now, jitter);
+        }
+        let p = self.peers[pid].as_mut().expect("caller checked");
+        p.on_authenticated_sent();
+        p.on_authenticated_traversal(now);
+        let stale = p.keypairs.current.as_ref().is_some_and(|k| {
+            k.initiator
+                && (k.messages_sent() > REKEY_AFTER_MESSAGES || k.age(now) > REKEY_AFTER_TIME)
+        });
+        if stale {
+            self.initiate(now, pid, false);
+        }
+    }
+
+    /// Remembers that a peer's staged packets should go out once possible
+    /// and starts a handshake if there is no usable session.
+    pub(super) fn schedule_flush(&mut self, pid: PeerId) {
+        if !self.pending_flush.contains(&pid) {
+            self.pending_flush.push(pid);
+        }
+    }
+
+    /// Sends a keepalive (an empty data message), or the staged packets if
+    /// there are any; without a session, starts a handshake instead.
+    pub(super) fn send_keepalive(&mut self, now: Instant, pid: PeerId) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        if !p.staged.is_empty() {
+            self.schedule_flush(pid);
+            return;
+        }
+        let usable = p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
+        let (true, Some(endpoint)) = (usable, p.endpoint) else {
+            self.initiate(now, pid, false);
+            return;
+        };
+        let kp = p.keypairs.current.as_mut().expect("checked above");
+        let mut msg = [0u8; DATA_MIN_LEN];
+        let len = kp.seal_in_place(&mut msg, 0, 0);
+        p.counters.keepalives_sent += 1;
+        p.counters.tx_bytes += len as u64;
+        p.on_authenticated_sent();
+        p.on_authenticated_traversal(now);
+        self.queue_control(endpoint, &msg[..len]);
+    }
+
+    /// Fills `out` with what waits to be sent: control messages first, then
+    /// packets staged until a session existed. Returns true while more is
+    /// waiting (call again with an emptied batch).
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut PacketBatch) -> bool {
+        while !out.is_full() {
+            let Some(c) = self.control.pop_front() else {
+                break;
+            };
+            out.push_with(0, c.dst, |b| {
+                b[..c.len].copy_from_slice(&c.bytes[..c.len]);
+                c.len
+            });
+        }
+        let mtu = self.mtu;
+        while let Some(&pid) = self.pending_flush.last() {
+            let Some(p) = self.peers[pid].as_mut() else {
+                self.pending_flush.pop();
+                continue;
+            };
+            let usable = p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
+            let (true, Some(endpoint)) = (usable, p.endpoint) else {
+                // No session yet: the handshake (if any can be sent) brings
+                // us back here when it completes.
+                self.pending_flush.pop();
+                self.initiate(now, pid, false);
+                continue;
+            };
+            while !out.is_full() {
+                let p = self.peers[pid].as_mut().expect("checked above");
+                let Some(packet) = p.staged.pop_front() else {
+                    break;
+                };
+                let kp = p.keypairs.current.as_mut().expect("checked above");
+                let mut sent = 0;
+                out.push_with(0, endpoint, |b| {
+                    b[DATA_HEADER_LEN..DATA_HEADER_LEN + packet.len()].copy_from_slice(&packet);
+                    sent = kp.seal_in_place(b, packet.len(), padded_len(packet.len(), mtu));
+                    sent
+                });
+                p.recycle(packet);
+                self.after_data_sent(now, pid, sent);
+            }
+            if out.is_full() {
+                return true;
+            }
+            self.pending_flush.pop();
+        }
+        !self.control.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::padded_len;
+
+    #[test]
+    fn padding_case_table() {
+        // (len, mtu, padded)
+        let cases = [
+            (0, 1420, 0),
+            (1, 1420, 16),
+            (16, 1420, 16),
+            (17, 1420, 32),
+            (1419, 1420, 1420),
+            (1420, 1420, 1420),
+            (1415, 1416, 1416),
+            (1500, 1420, 1500),
+        ];
+        for (i, (len, mtu, want)) in cases.into_iter().enumerate() {
+            assert_eq!(padded_len(len, mtu), want, "case {i}");
+        }
+    }
+}

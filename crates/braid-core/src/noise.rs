@@ -1,0 +1,263 @@
+//! The Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s handshake of WireGuard (paper
+//! §5.4), as pure functions over fixed-size messages. Keys, ephemerals and
+//! the timestamp are passed in, so known-answer tests can pin every byte.
+//! mac1/mac2 are not filled here (see `cookie`).
+
+use crate::crypto::{self, hash, kdf1, kdf2, kdf3, AuthError, Hash, Key};
+use crate::messages::{self, initiation as ini, response as rsp};
+use x25519_dalek::{PublicKey, StaticSecret};
+use zeroize::Zeroize;
+
+pub const CONSTRUCTION: &[u8] = b"Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s";
+pub const IDENTIFIER: &[u8] = b"WireGuard v1 zx2c4 Jason@zx2c4.com";
+
+/// TAI64N timestamp: 8 bytes big-endian TAI seconds, 4 bytes nanoseconds.
+pub type Timestamp = [u8; 12];
+
+/// The initial chaining key and hash, identical for every handshake.
+fn initial_chain() -> (Hash, Hash) {
+    let ck = hash(&[CONSTRUCTION]);
+    let h = hash(&[&ck, IDENTIFIER]);
+    (ck, h)
+}
+
+fn dh(private: &StaticSecret, public: &[u8; 32]) -> [u8; 32] {
+    private.diffie_hellman(&PublicKey::from(*public)).to_bytes()
+}
+
+/// Our static identity.
+pub struct LocalStatic {
+    pub private: StaticSecret,
+    pub public: [u8; 32],
+}
+
+impl LocalStatic {
+    pub fn new(private_bytes: [u8; 32]) -> Self {
+        let private = StaticSecret::from(private_bytes);
+        let public = PublicKey::from(&private).to_bytes();
+        LocalStatic { private, public }
+    }
+}
+
+/// What we know about a peer for handshaking.
+pub struct RemoteStatic {
+    pub public: [u8; 32],
+    pub preshared: [u8; 32],
+    /// DH(our static, their static), computed once per key change.
+    pub static_static: [u8; 32],
+}
+
+impl RemoteStatic {
+    pub fn new(local: &LocalStatic, public: [u8; 32], preshared: [u8; 32]) -> Self {
+        RemoteStatic {
+            public,
+            preshared,
+            static_static: dh(&local.private, &public),
+        }
+    }
+}
+
+impl Drop for RemoteStatic {
+    fn drop(&mut self) {
+        self.preshared.zeroize();
+        self.static_static.zeroize();
+    }
+}
+
+/// The transport keys a completed handshake yields.
+pub struct SessionKeys {
+    pub send: Key,
+    pub recv: Key,
+}
+
+impl Drop for SessionKeys {
+    fn drop(&mut self) {
+        self.send.zeroize();
+        self.recv.zeroize();
+    }
+}
+
+/// Initiator state kept between sending an initiation and its response.
+pub struct InitiatorHandshake {
+    chaining_key: Hash,
+    hash: Hash,
+    ephemeral: StaticSecret,
+    pub local_index: u32,
+}
+
+impl Drop for InitiatorHandshake {
+    fn drop(&mut self) {
+        self.chaining_key.zeroize();
+    }
+}
+
+/// Writes an initiation (without macs) into `out` and returns the state to
+/// finish the handshake with.
+pub fn create_initiation(
+    local: &LocalStatic,
+    remote: &RemoteStatic,
+    ephemeral: StaticSecret,
+    timestamp: &Timestamp,
+    local_index: u32,
+    out: &mut [u8; messages::INITIATION_LEN],
+) -> InitiatorHandshake {
+    let (ck, h) = initial_chain();
+    let h = hash(&[&h, &remote.public]);
+    let e_pub = PublicKey::from(&ephemeral).to_bytes();
+    let ck = kdf1(&ck, &e_pub);
+    let h = hash(&[&h, &e_pub]);
+    let (ck, k) = kdf2(&ck, &dh(&ephemeral, &remote.public));
+
+    messages::write_header(out, messages::TYPE_INITIATION);
+    out[ini::SENDER..ini::SENDER + 4].copy_from_slice(&local_index.to_le_bytes());
+    out[ini::EPHEMERAL..ini::EPHEMERAL + 32].copy_from_slice(&e_pub);
+    crypto::seal(
+        &k,
+        0,
+        &local.public,
+        &h,
+        &mut out[ini::STATIC..ini::STATIC + ini::STATIC_LEN],
+    );
+    let h = hash(&[&h, &out[ini::STATIC..ini::STATIC + ini::STATIC_LEN]]);
+    let (ck, k) = kdf2(&ck, &remote.static_static);
+    crypto::seal(
+        &k,
+        0,
+        timestamp,
+        &h,
+        &mut out[ini::TIMESTAMP..ini::TIMESTAMP + ini::TIMESTAMP_LEN],
+    );
+    let h = hash(&[
+        &h,
+        &out[ini::TIMESTAMP..ini::TIMESTAMP + ini::TIMESTAMP_LEN],
+    ]);
+    out[ini::MAC1..].fill(0);
+    InitiatorHandshake {
+        chaining_key: ck,
+        hash: h,
+        ephemeral,
+        local_index,
+    }
+}
+
+/// A decrypted initiation: who sent it and the state to answer it with.
+pub struct ReceivedInitiation {
+    pub peer_public: [u8; 32],
+    pub timestamp: Timestamp,
+    pub remote_index: u32,
+    remote_ephemeral: [u8; 32],
+    chaining_key: Hash,
+    hash: Hash,
+}
+
+impl Drop for ReceivedInitiation {
+    fn drop(&mut self) {
+        self.chaining_key.zeroize();
+    }
+}
+
+/// Decrypts an initiation addressed to `local`. The caller then checks that
+/// `peer_public` is a known peer and that the timestamp is newer than the
+/// last one from that peer.
+pub fn consume_initiation(
+    local: &LocalStatic,
+    msg: &[u8; messages::INITIATION_LEN],
+) -> Result<ReceivedInitiation, AuthError> {
+    let (ck, h) = initial_chain();
+    let h = hash(&[&h, &local.public]);
+    let mut e_pub = [0u8; 32];
+    e_pub.copy_from_slice(&msg[ini::EPHEMERAL..ini::EPHEMERAL + 32]);
+    let ck = kdf1(&ck, &e_pub);
+    let h = hash(&[&h, &e_pub]);
+    let (ck, k) = kdf2(&ck, &dh(&local.private, &e_pub));
+    let sealed_static = &msg[ini::STATIC..ini::STATIC + ini::STATIC_LEN];
+    let mut peer_public = [0u8; 32];
+    crypto::open(&k, 0, sealed_static, &h, &mut peer_public)?;
+    let h = hash(&[&h, sealed_static]);
+    let (ck, k) = kdf2(&ck, &dh(&local.private, &peer_public));
+    let sealed_ts = &msg[ini::TIMESTAMP..ini::TIMESTAMP + ini::TIMESTAMP_LEN];
+    let mut timestamp = [0u8; 12];
+    crypto::open(&k, 0, sealed_ts, &h, &mut timestamp)?;
+    let h = hash(&[&h, sealed_ts]);
+    Ok(ReceivedInitiation {
+        peer_public,
+        timestamp,
+        remote_index: messages::read_u32(msg, ini::SENDER),
+        remote_ephemeral: e_pub,
+        chaining_key: ck,
+        hash: h,
+    })
+}
+
+/// Writes the response (without macs) to a received initiation and returns
+/// the responder's transport keys.
+pub fn create_response(
+    received: &ReceivedInitiation,
+    remote: &RemoteStatic,
+    ephemeral: StaticSecret,
+    local_index: u32,
+    out: &mut [u8; messages::RESPONSE_LEN],
+) -> SessionKeys {
+    let e_pub = PublicKey::from(&ephemeral).to_bytes();
+    let ck = kdf1(&received.chaining_key, &e_pub);
+    let h = hash(&[&received.hash, &e_pub]);
+    let ck = kdf1(&ck, &dh(&ephemeral, &received.remote_ephemeral));
+    let ck = kdf1(&ck, &dh(&ephemeral, &remote.public));
+    let (ck, tau, k) = kdf3(&ck, &remote.preshared);
+    let h = hash(&[&h, &tau]);
+
+    messages::write_header(out, messages::TYPE_RESPONSE);
+    out[rsp::SENDER..rsp::SENDER + 4].copy_from_slice(&local_index.to_le_bytes());
+    out[rsp::RECEIVER..rsp::RECEIVER + 4].copy_from_slice(&received.remote_index.to_le_bytes());
+    out[rsp::EPHEMERAL..rsp::EPHEMERAL + 32].copy_from_slice(&e_pub);
+    crypto::seal(
+        &k,
+        0,
+        &[],
+        &h,
+        &mut out[rsp::EMPTY..rsp::EMPTY + crypto::TAG_LEN],
+    );
+    out[rsp::MAC1..].fill(0);
+    let (recv, send) = kdf2(&ck, &[]);
+    SessionKeys { send, recv }
+}
+
+/// Checks a response against our pending initiation and returns the
+/// initiator's transport keys.
+pub fn consume_response(
+    state: &InitiatorHandshake,
+    local: &LocalStatic,
+    remote: &RemoteStatic,
+    msg: &[u8; messages::RESPONSE_LEN],
+) -> Result<SessionKeys, AuthError> {
+    let mut e_pub = [0u8; 32];
+    e_pub.copy_from_slice(&msg[rsp::EPHEMERAL..rsp::EPHEMERAL + 32]);
+    let ck = kdf1(&state.chaining_key, &e_pub);
+    let h = hash(&[&state.hash, &e_pub]);
+    let ck = kdf1(&ck, &dh(&state.ephemeral, &e_pub));
+    let ck = kdf1(&ck, &dh(&local.private, &e_pub));
+    let (ck, tau, k) = kdf3(&ck, &remote.preshared);
+    let h = hash(&[&h, &tau]);
+    let mut empty = [0u8; 0];
+    crypto::open(
+        &k,
+        0,
+        &msg[rsp::EMPTY..rsp::EMPTY + crypto::TAG_LEN],
+        &h,
+        &mut empty,
+    )?;
+    let (send, recv) = kdf2(&ck, &[]);
+    Ok(SessionKeys { send, recv })
+}
+
+/// TAI64N of a time given as seconds and nanoseconds since the Unix epoch.
+/// Nanoseconds are rounded down to ~16.8 ms, as WireGuard does, so the
+/// timestamp does not leak a precise clock.
+pub fn tai64n(unix_secs: u64, nanos: u32) -> Timestamp {
+    const TAI64_BASE: u64 = (1 << 62) + 10;
+    const WHITENER: u32 = 1 << 24;
+    let mut t = [0u8; 12];
+    t[..8].copy_from_slice(&(TAI64_BASE + unix_secs).to_be_bytes());
+    t[8..].copy_from_slice(&(nanos / WHITENER * WHITENER).to_be_bytes());
+    t
+}

@@ -1,0 +1,175 @@
+//! A peer's state: identity, sessions, pending handshake, staged packets,
+//! timers and counters. The timer rules (when to arm and cancel what) live
+//! here as small named hooks, mirroring Linux WireGuard's `timers.c`; the
+//! device decides what a fired timer does.
+
+use crate::consts::*;
+use crate::cookie::CookieState;
+use crate::noise::{InitiatorHandshake, LocalStatic, RemoteStatic, Timestamp};
+use crate::session::Keypairs;
+use crate::timers::{Timer, TimerTable};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Index of a peer in the device's peer table.
+pub type PeerId = usize;
+
+/// Counters a peer keeps for `braid show`; all start at zero.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCounters {
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub keepalives_sent: u64,
+    pub keepalives_received: u64,
+    pub handshakes_initiated: u64,
+    pub handshakes_completed: u64,
+    pub handshake_responses_sent: u64,
+    pub cookie_replies_received: u64,
+    pub replayed: u64,
+    pub auth_failed: u64,
+    pub disallowed_source: u64,
+    pub staged_dropped: u64,
+}
+
+pub struct Peer {
+    pub remote: RemoteStatic,
+    pub endpoint: Option<SocketAddr>,
+    pub persistent_keepalive: u16,
+    pub cookie: CookieState,
+    pub keypairs: Keypairs,
+    /// Our initiation waiting for a response.
+    pub handshake: Option<InitiatorHandshake>,
+    pub last_initiation_sent: Option<Instant>,
+    pub handshake_attempts: u32,
+    /// Newest TAI64N seen in an initiation from this peer (replay defence).
+    pub latest_timestamp: Timestamp,
+    pub last_initiation_consumed: Option<Instant>,
+    pub last_handshake: Option<SystemTime>,
+    pub sent_lastminute_handshake: bool,
+    pub need_another_keepalive: bool,
+    pub timers: TimerTable,
+    /// Packets waiting for a session; buffers are recycled, not freed.
+    pub staged: VecDeque<Vec<u8>>,
+    spare_buffers: Vec<Vec<u8>>,
+    pub counters: PeerCounters,
+}
+
+impl Peer {
+    pub fn new(local: &LocalStatic, public: [u8; 32]) -> Self {
+        Peer {
+            remote: RemoteStatic::new(local, public, [0; 32]),
+            endpoint: None,
+            persistent_keepalive: 0,
+            cookie: CookieState::new(&public),
+            keypairs: Keypairs::default(),
+            handshake: None,
+            last_initiation_sent: None,
+            handshake_attempts: 0,
+            latest_timestamp: [0; 12],
+            last_initiation_consumed: None,
+            last_handshake: None,
+            sent_lastminute_handshake: false,
+            need_another_keepalive: false,
+            timers: TimerTable::default(),
+            staged: VecDeque::new(),
+            spare_buffers: Vec::new(),
+            counters: PeerCounters::default(),
+        }
+    }
+
+    pub fn public_key(&self) -> [u8; 32] {
+        self.remote.public
+    }
+
+    /// Queues a packet until a session exists; the oldest is dropped when
+    /// the queue is full, as WireGuard does.
+    pub fn stage(&mut self, packet: &[u8]) {
+        if self.staged.len() >= MAX_STAGED_PACKETS {
+            if let Some(old) = self.staged.pop_front() {
+                self.spare_buffers.push(old);
+            }
+            self.counters.staged_dropped += 1;
+        }
+        let mut buf = self.spare_buffers.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(packet);
+        self.staged.push_back(buf);
+    }
+
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.spare_buffers.push(buf);
+    }
+
+    pub fn purge_staged(&mut self) {
+        while let Some(b) = self.staged.pop_front() {
+            self.spare_buffers.push(b);
+        }
+    }
+
+    /// A new initiation may be sent (not more than one per REKEY_TIMEOUT,
+    /// except timer-driven retries).
+    pub fn may_initiate(&self, now: Instant) -> bool {
+        self.last_initiation_sent
+            .is_none_or(|t| now.saturating_duration_since(t) >= REKEY_TIMEOUT)
+    }
+
+    // --- timer hooks, named after the events of the WireGuard paper ---
+
+    pub fn on_data_sent(&mut self, now: Instant, jitter: Duration) {
+        if !self.timers.is_set(Timer::NewHandshake) {
+            self.timers.set(
+                Timer::NewHandshake,
+                now + KEEPALIVE_TIMEOUT + REKEY_TIMEOUT + jitter,
+            );
+        }
+    }
+
+    pub fn on_data_received(&mut self, now: Instant) {
+        if self.timers.is_set(Timer::SendKeepalive) {
+            self.need_another_keepalive = true;
+        } else {
+            self.timers
+                .set(Timer::SendKeepalive, now + KEEPALIVE_TIMEOUT);
+        }
+    }
+
+    pub fn on_authenticated_sent(&mut self) {
+        self.timers.cancel(Timer::SendKeepalive);
+    }
+
+    pub fn on_authenticated_received(&mut self) {
+        self.timers.cancel(Timer::NewHandshake);
+    }
+
+    /// Any authenticated packet in either direction postpones the
+    /// persistent keepalive.
+    pub fn on_authenticated_traversal(&mut self, now: Instant) {
+        if self.persistent_keepalive > 0 {
+            self.timers.set(
+                Timer::PersistentKeepalive,
+                now + Duration::from_secs(self.persistent_keepalive.into()),
+            );
+        }
+    }
+
+    pub fn on_handshake_initiated(&mut self, now: Instant, jitter: Duration) {
+        self.timers
+            .set(Timer::RetransmitHandshake, now + REKEY_TIMEOUT + jitter);
+    }
+
+    pub fn on_handshake_complete(&mut self, wall: SystemTime) {
+        self.timers.cancel(Timer::RetransmitHandshake);
+        self.handshake_attempts = 0;
+        self.sent_lastminute_handshake = false;
+        self.last_handshake = Some(wall);
+        self.counters.handshakes_completed += 1;
+    }
+
+    pub fn on_session_derived(&mut self, now: Instant) {
+        self.timers
+            .set(Timer::ZeroKeyMaterial, now + REJECT_AFTER_TIME * 3);
+    }
+}

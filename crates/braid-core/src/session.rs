@@ -1,0 +1,212 @@
+//! Transport sessions (keypairs) and their rotation: current, previous and
+//! next, as in WireGuard (paper §6.1, Linux `noise.c`).
+//!
+//! The initiator uses a new session at once. The responder keeps it as
+//! `next` until the first data message proves the initiator has it too; only
+//! then may the responder send with it.
+
+use crate::consts::{REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME};
+use crate::crypto::{self, TAG_LEN};
+use crate::messages::{self, DATA_HEADER_LEN};
+use crate::noise::SessionKeys;
+use crate::replay::ReplayWindow;
+use ring::aead::{Aad, LessSafeKey, Tag};
+use std::time::Instant;
+
+pub struct Keypair {
+    send: LessSafeKey,
+    recv: LessSafeKey,
+    send_counter: u64,
+    pub local_index: u32,
+    pub remote_index: u32,
+    pub created: Instant,
+    /// We started the handshake that made it; only the initiator rekeys on age.
+    pub initiator: bool,
+    replay: ReplayWindow,
+}
+
+impl Keypair {
+    pub fn new(
+        keys: &SessionKeys,
+        local_index: u32,
+        remote_index: u32,
+        created: Instant,
+        initiator: bool,
+    ) -> Self {
+        Keypair {
+            send: crypto::aead_key(&keys.send),
+            recv: crypto::aead_key(&keys.recv),
+            send_counter: 0,
+            local_index,
+            remote_index,
+            created,
+            initiator,
+            replay: ReplayWindow::new(),
+        }
+    }
+
+    pub fn age(&self, now: Instant) -> std::time::Duration {
+        now.saturating_duration_since(self.created)
+    }
+
+    pub fn messages_sent(&self) -> u64 {
+        self.send_counter
+    }
+
+    /// Usable for sending and receiving: young enough and not exhausted.
+    pub fn is_valid(&self, now: Instant) -> bool {
+        self.age(now) < REJECT_AFTER_TIME && self.send_counter < REJECT_AFTER_MESSAGES
+    }
+
+    /// Encrypts the packet at `buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len]`
+    /// in place into a data message; `padded` >= `len` is the plaintext
+    /// length after WireGuard's zero padding. Returns the datagram length.
+    pub fn seal_in_place(&mut self, buf: &mut [u8], len: usize, padded: usize) -> usize {
+        let counter = self.send_counter;
+        self.send_counter += 1;
+        buf[DATA_HEADER_LEN + len..DATA_HEADER_LEN + padded].fill(0);
+        messages::write_header(buf, messages::TYPE_DATA);
+        buf[messages::data::RECEIVER..messages::data::RECEIVER + 4]
+            .copy_from_slice(&self.remote_index.to_le_bytes());
+        buf[messages::data::COUNTER..messages::data::COUNTER + 8]
+            .copy_from_slice(&counter.to_le_bytes());
+        let body = &mut buf[DATA_HEADER_LEN..DATA_HEADER_LEN + padded];
+        let tag: Tag = self
+            .send
+            .seal_in_place_separate_tag(crypto::nonce(counter), Aad::empty(), body)
+            .expect("packet length is within ChaCha20-Poly1305 limits");
+        let end = DATA_HEADER_LEN + padded;
+        buf[end..end + TAG_LEN].copy_from_slice(tag.as_ref());
+        end + TAG_LEN
+    }
+
+    /// Cheap pre-decryption replay check.
+    pub fn may_accept(&self, counter: u64) -> bool {
+        counter < REJECT_AFTER_MESSAGES && self.replay.check(counter)
+    }
+
+    /// Decrypts a data message in place; returns the plaintext length (at
+    /// `DATA_HEADER_LEN`). The replay window is updated only after the tag
+    /// verified, so forged counters cannot move it.
+    pub fn open_in_place(&mut self, datagram: &mut [u8]) -> Result<usize, OpenError> {
+        let counter = messages::read_u64(datagram, messages::data::COUNTER);
+        if !self.may_accept(counter) {
+            return Err(OpenError::Replayed);
+        }
+        let plain = self
+            .recv
+            .open_in_place(
+                crypto::nonce(counter),
+                Aad::empty(),
+                &mut datagram[DATA_HEADER_LEN..],
+            )
+            .map_err(|_| OpenError::Auth)?
+            .len();
+        if !self.replay.update(counter) {
+            return Err(OpenError::Replayed);
+        }
+        Ok(plain)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenError {
+    /// Counter seen before, too old, or past the message limit.
+    Replayed,
+    /// The tag did not verify.
+    Auth,
+}
+
+/// Which of a peer's sessions a receiver index belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotName {
+    Current,
+    Previous,
+    Next,
+}
+
+#[derive(Default)]
+pub struct Keypairs {
+    pub current: Option<Box<Keypair>>,
+    pub previous: Option<Box<Keypair>>,
+    pub next: Option<Box<Keypair>>,
+}
+
+impl Keypairs {
+    /// Installs a new session; returns the local indices of sessions that
+    /// were dropped (to remove from the index table).
+    pub fn install(&mut self, kp: Box<Keypair>, dropped: &mut Vec<u32>) {
+        if kp.initiator {
+            // A pending `next` was never confirmed by its initiator, but it is
+            // the newest session the peer has: keep it as `previous`.
+            if let Some(next) = self.next.take() {
+                if let Some(old) = self.previous.replace(next) {
+                    dropped.push(old.local_index);
+                }
+                if let Some(cur) = self.current.take() {
+                    dropped.push(cur.local_index);
+                }
+            } else if let Some(cur) = self.current.take() {
+                if let Some(old) = self.previous.replace(cur) {
+                    dropped.push(old.local_index);
+                }
+            }
+            self.current = Some(kp);
+        } else {
+            // The responder cannot use it before confirmation; the old
+            // `previous` is no longer needed to bridge a rotation.
+            for old in [self.next.replace(kp), self.previous.take()]
+                .into_iter()
+                .flatten()
+            {
+                dropped.push(old.local_index);
+            }
+        }
+    }
+
+    /// The first data message on `next` confirms it: it becomes current.
+    pub fn confirm_next(&mut self, dropped: &mut Vec<u32>) {
+        if let Some(next) = self.next.take() {
+            if let Some(old) = self.previous.take() {
+                dropped.push(old.local_index);
+            }
+            self.previous = self.current.take();
+            self.current = Some(next);
+        }
+    }
+
+    pub fn find_mut(&mut self, local_index: u32) -> Option<(SlotName, &mut Keypair)> {
+        if let Some(k) = self
+            .current
+            .as_deref_mut()
+            .filter(|k| k.local_index == local_index)
+        {
+            return Some((SlotName::Current, k));
+        }
+        if let Some(k) = self
+            .next
+            .as_deref_mut()
+            .filter(|k| k.local_index == local_index)
+        {
+            return Some((SlotName::Next, k));
+        }
+        if let Some(k) = self
+            .previous
+            .as_deref_mut()
+            .filter(|k| k.local_index == local_index)
+        {
+            return Some((SlotName::Previous, k));
+        }
+        None
+    }
+
+    /// Drops every session; returns their indices.
+    pub fn clear(&mut self, dropped: &mut Vec<u32>) {
+        for kp in [self.current.take(), self.previous.take(), self.next.take()]
+            .into_iter()
+            .flatten()
+        {
+            dropped.push(kp.local_index);
+        }
+    }
+}
