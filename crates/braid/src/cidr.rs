@@ -51,7 +51,9 @@ impl IpCidr {
     pub fn network(&self) -> IpCidr {
         let addr = match self.addr {
             IpAddr::V4(a) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
             }
             IpAddr::V6(a) => {

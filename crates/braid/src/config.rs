@@ -143,10 +143,7 @@ pub enum ConfigError {
         message: String,
     },
     /// The file name does not make a valid interface name.
-    InterfaceName {
-        name: String,
-        reason: &'static str,
-    },
+    InterfaceName { name: String, reason: &'static str },
 }
 
 impl fmt::Display for ConfigError {
@@ -328,12 +325,20 @@ impl InterfaceBuilder {
                 PrivateKey::from_base64(value).map_err(|e| e.to_string()),
                 line,
             ),
-            "address" => extend(&mut self.addresses, "Address", parse_list(value, parse_cidr)),
+            "address" => extend(
+                &mut self.addresses,
+                "Address",
+                parse_list(value, parse_cidr),
+            ),
             "listenport" => set_once(&mut self.listen_port, "ListenPort", parse_port(value), line),
             "mtu" => set_once(&mut self.mtu, "MTU", parse_mtu(value), line),
             "table" => set_once(&mut self.table, "Table", parse_table(value), line),
             "fwmark" => set_once(&mut self.fwmark, "FwMark", parse_fwmark(value), line),
-            "dns" => extend(&mut self.dns, "DNS", parse_list(value, |s| Ok(s.to_string()))),
+            "dns" => extend(
+                &mut self.dns,
+                "DNS",
+                parse_list(value, |s| Ok(s.to_string())),
+            ),
             "preup" => extend(&mut self.pre_up, "PreUp", Ok(vec![value.to_string()])),
             "postup" => extend(&mut self.post_up, "PostUp", Ok(vec![value.to_string()])),
             "predown" => extend(&mut self.pre_down, "PreDown", Ok(vec![value.to_string()])),
@@ -377,7 +382,12 @@ impl PeerBuilder {
 }
 
 impl Parser<'_> {
-    fn error(&self, line: Option<usize>, key: Option<&str>, message: impl Into<String>) -> ConfigError {
+    fn error(
+        &self,
+        line: Option<usize>,
+        key: Option<&str>,
+        message: impl Into<String>,
+    ) -> ConfigError {
         ConfigError::Invalid {
             source_name: self.source_name.to_string(),
             line,
@@ -398,7 +408,11 @@ impl Parser<'_> {
                 continue;
             }
             let Some((key, value)) = line.split_once('=') else {
-                return Err(self.error(Some(line_no), None, "expected 'Key = Value' or a [Section] header"));
+                return Err(self.error(
+                    Some(line_no),
+                    None,
+                    "expected 'Key = Value' or a [Section] header",
+                ));
             };
             let (raw_key, value) = (key.trim(), value.trim());
             if raw_key.is_empty() {
@@ -597,7 +611,9 @@ fn parse_fwmark(s: &str) -> Result<Option<u32>, String> {
         return Ok(None);
     }
     let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) if !hex.is_empty() && hex.len() <= 8 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+        Some(hex)
+            if !hex.is_empty() && hex.len() <= 8 && hex.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
             u32::from_str_radix(hex, 16).ok()
         }
         Some(_) => None,
@@ -641,7 +657,10 @@ mod tests {
     const PSK: &str = "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0czA=";
 
     fn pk(sk: &str) -> String {
-        PrivateKey::from_base64(sk).unwrap().public_key().to_string()
+        PrivateKey::from_base64(sk)
+            .unwrap()
+            .public_key()
+            .to_string()
     }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -684,14 +703,20 @@ mod tests {
         assert_eq!(i.table, Table::Id(254));
         assert_eq!(i.fwmark, Some(0x1f));
         assert_eq!(i.dns, ["1.1.1.1", "example.internal"]);
-        assert_eq!(i.post_up, ["iptables -A FORWARD -i %i -j ACCEPT", "echo up"]);
+        assert_eq!(
+            i.post_up,
+            ["iptables -A FORWARD -i %i -j ACCEPT", "echo up"]
+        );
         assert_eq!(i.pre_down, ["echo down"]);
         assert!(i.pre_up.is_empty() && i.post_down.is_empty());
         assert!(i.save_config);
         assert_eq!(c.peers.len(), 1);
         let p = &c.peers[0];
         assert_eq!(p.public_key.to_string(), peer);
-        assert_eq!(p.preshared_key, Some(PresharedKey::from_base64(PSK).unwrap()));
+        assert_eq!(
+            p.preshared_key,
+            Some(PresharedKey::from_base64(PSK).unwrap())
+        );
         assert_eq!(p.allowed_ips.len(), 2);
         assert_eq!(
             p.endpoint,
@@ -703,10 +728,12 @@ mod tests {
         assert_eq!(p.persistent_keepalive, Some(25));
     }
 
+    type GoodCase = (&'static str, fn(&Config) -> bool);
+
     #[test]
     fn good_configs() {
         let peer = pk(SK2);
-        let cases: &[(&str, fn(&Config) -> bool)] = &[
+        let cases: &[GoodCase] = &[
             ("[Interface]\nPrivateKey={SK}", |c| {
                 c.peers.is_empty()
                     && c.interface.table == Table::Auto
@@ -836,18 +863,27 @@ mod tests {
         for s in secrets {
             for text in [
                 format!("[Interface]\nPrivateKey = {s}\n"),
-                format!("[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {}\nPresharedKey = {s}\n", pk(SK2)),
+                format!(
+                    "[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {}\nPresharedKey = {s}\n",
+                    pk(SK2)
+                ),
             ] {
                 let msg = parse(&text).unwrap_err().to_string();
                 assert!(!msg.contains(&s[..20]), "{msg}");
-                assert!(msg.contains("not a valid base64-encoded 32-byte key"), "{msg}");
+                assert!(
+                    msg.contains("not a valid base64-encoded 32-byte key"),
+                    "{msg}"
+                );
             }
         }
         // Nor in a duplicate-key message, nor in Debug output of the config.
         let msg = parse(&format!("[Interface]\nPrivateKey={SK}\nPrivateKey={SK2}"))
             .unwrap_err()
             .to_string();
-        assert!(!msg.contains(&SK[..20]) && !msg.contains(&SK2[..20]), "{msg}");
+        assert!(
+            !msg.contains(&SK[..20]) && !msg.contains(&SK2[..20]),
+            "{msg}"
+        );
         let c = parse(&format!(
             "[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={}\nPresharedKey={PSK}",
             pk(SK2)
@@ -859,10 +895,26 @@ mod tests {
 
     #[test]
     fn interface_names() {
-        assert_eq!(Config::interface_name("/etc/wireguard/wg0.conf").unwrap(), "wg0");
-        assert_eq!(Config::interface_name("a_b=c+d.e-f.conf").unwrap(), "a_b=c+d.e-f");
-        assert_eq!(Config::interface_name("123456789012345.conf").unwrap(), "123456789012345");
-        for bad in ["1234567890123456.conf", "wg 0.conf", "wg*0", "wg:0.conf", "", "wgä.conf"] {
+        assert_eq!(
+            Config::interface_name("/etc/wireguard/wg0.conf").unwrap(),
+            "wg0"
+        );
+        assert_eq!(
+            Config::interface_name("a_b=c+d.e-f.conf").unwrap(),
+            "a_b=c+d.e-f"
+        );
+        assert_eq!(
+            Config::interface_name("123456789012345.conf").unwrap(),
+            "123456789012345"
+        );
+        for bad in [
+            "1234567890123456.conf",
+            "wg 0.conf",
+            "wg*0",
+            "wg:0.conf",
+            "",
+            "wgä.conf",
+        ] {
             assert!(Config::interface_name(bad).is_err(), "{bad}");
         }
     }

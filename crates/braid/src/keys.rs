@@ -39,8 +39,7 @@ fn decode_base64(s: &str) -> Result<[u8; KEY_LEN], KeyParseError> {
     // `wg` insists on exactly 44 characters ending in a single '='; the
     // base64 engine additionally rejects non-zero trailing bits, as wg does.
     let b = s.as_bytes();
-    if b.len() != KEY_LEN_BASE64 || b[KEY_LEN_BASE64 - 1] != b'=' || b[KEY_LEN_BASE64 - 2] == b'='
-    {
+    if b.len() != KEY_LEN_BASE64 || b[KEY_LEN_BASE64 - 1] != b'=' || b[KEY_LEN_BASE64 - 2] == b'=' {
         return Err(KeyParseError::Base64);
     }
     let mut buf = Zeroizing::new([0u8; KEY_LEN + 1]);
@@ -335,7 +334,10 @@ mod tests {
         assert_eq!(PrivateKey::from_base64(&b64).unwrap(), sk);
 
         let pk = sk.public_key();
-        assert_eq!(pk.to_base64(), "hSDwCYkwp1R0i33ctD73Wg2/Og0mOBr066SpjqqbTmo=");
+        assert_eq!(
+            pk.to_base64(),
+            "hSDwCYkwp1R0i33ctD73Wg2/Og0mOBr066SpjqqbTmo="
+        );
         assert_eq!(pk.to_string().parse::<PublicKey>().unwrap(), pk);
         assert_eq!(PublicKey::from_hex(ALICE_PUB_HEX).unwrap(), pk);
     }
@@ -368,7 +370,11 @@ mod tests {
             "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAB=",
         ];
         for s in bad {
-            assert_eq!(PublicKey::from_base64(s), Err(KeyParseError::Base64), "{s:?}");
+            assert_eq!(
+                PublicKey::from_base64(s),
+                Err(KeyParseError::Base64),
+                "{s:?}"
+            );
         }
         assert!(PublicKey::from_base64("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").is_ok());
         for s in ["", "00", &"g".repeat(64), &"0".repeat(63), &"0".repeat(65)] {

@@ -316,9 +316,7 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
             continue; // keep consuming up to the blank line to stay in sync
         }
         let result = match op {
-            Operation::Get | Operation::GetBraid => {
-                Err(invalid("get takes no arguments"))
-            }
+            Operation::Get | Operation::GetBraid => Err(invalid("get takes no arguments")),
             Operation::Set => set.line(line),
         };
         if let Err(e) = result {
@@ -339,8 +337,7 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
 /// Parses a complete request held in memory (tests, tools).
 pub fn parse_request(text: &str) -> Result<Request, UapiError> {
     let mut cursor = io::Cursor::new(text.as_bytes());
-    let req = read_request(&mut cursor)?
-        .ok_or_else(|| fatal(Errno::EPROTO, "empty request"))?;
+    let req = read_request(&mut cursor)?.ok_or_else(|| fatal(Errno::EPROTO, "empty request"))?;
     if (cursor.position() as usize) < text.len() {
         return Err(invalid("trailing data after request"));
     }
@@ -372,12 +369,10 @@ fn flag(key: &str, value: &str) -> Result<bool, UapiError> {
 
 impl SetParser {
     fn line(&mut self, line: &str) -> Result<(), UapiError> {
-        let (key, value) = line
-            .split_once('=')
-            .ok_or_else(|| UapiError {
-                errno: Errno::EPROTO,
-                ..invalid("line is not key=value")
-            })?;
+        let (key, value) = line.split_once('=').ok_or_else(|| UapiError {
+            errno: Errno::EPROTO,
+            ..invalid("line is not key=value")
+        })?;
         if key == "public_key" {
             let pk = PublicKey::from_hex(value)
                 .map_err(|e| invalid(format!("invalid public_key: {e}")))?;
@@ -527,7 +522,7 @@ pub fn format_get(snap: &DeviceSnapshot) -> String {
 // The JSON shape of `get=braid`. Secrets are absent by construction: these
 // structs have no field that could hold one.
 #[derive(Serialize, Deserialize)]
-struct DeviceJson {
+pub(crate) struct DeviceJson {
     public_key: Option<PublicKey>,
     listen_port: u16,
     fwmark: u32,
@@ -536,7 +531,7 @@ struct DeviceJson {
 }
 
 #[derive(Serialize, Deserialize)]
-struct PeerJson {
+pub(crate) struct PeerJson {
     public_key: PublicKey,
     has_preshared_key: bool,
     endpoint: Option<SocketAddr>,
@@ -551,7 +546,11 @@ struct PeerJson {
 
 /// Single-line JSON of a snapshot, without the private or preshared keys.
 pub fn snapshot_to_json(snap: &DeviceSnapshot) -> String {
-    let dev = DeviceJson {
+    serde_json::to_string(&json_view(snap)).expect("plain data always serializes")
+}
+
+pub(crate) fn json_view(snap: &DeviceSnapshot) -> DeviceJson {
+    DeviceJson {
         public_key: snap
             .public_key
             .or_else(|| snap.private_key.as_ref().map(PrivateKey::public_key)),
@@ -577,8 +576,7 @@ pub fn snapshot_to_json(snap: &DeviceSnapshot) -> String {
             })
             .collect(),
         extra: snap.extra.clone(),
-    };
-    serde_json::to_string(&dev).expect("plain data always serializes")
+    }
 }
 
 /// Inverse of [`snapshot_to_json`]. The secrets were never sent: the
@@ -844,24 +842,68 @@ remove=true
             ("set=1\nlisten_port=1".into(), Errno::EPROTO, true),
             ("set=2\n\n".into(), Errno::EPROTO, true),
             ("hello\n\n".into(), Errno::EPROTO, true),
-            (format!("set=1\nx={}\n\n", "a".repeat(MAX_LINE_LEN)), Errno::EPROTO, true),
+            (
+                format!("set=1\nx={}\n\n", "a".repeat(MAX_LINE_LEN)),
+                Errno::EPROTO,
+                true,
+            ),
             ("set=1\nbogus=1\n\n".into(), Errno::EINVAL, false),
             ("set=1\nnoequals\n\n".into(), Errno::EPROTO, false),
             ("set=1\nlisten_port=65536\n\n".into(), Errno::EINVAL, false),
             ("set=1\nlisten_port=+1\n\n".into(), Errno::EINVAL, false),
             ("set=1\nfwmark=-1\n\n".into(), Errno::EINVAL, false),
-            ("set=1\nreplace_peers=false\n\n".into(), Errno::EINVAL, false),
+            (
+                "set=1\nreplace_peers=false\n\n".into(),
+                Errno::EINVAL,
+                false,
+            ),
             ("set=1\nprivate_key=zz\n\n".into(), Errno::EINVAL, false),
-            (format!("set=1\nprivate_key={}\n\n", "g".repeat(64)), Errno::EINVAL, false),
+            (
+                format!("set=1\nprivate_key={}\n\n", "g".repeat(64)),
+                Errno::EINVAL,
+                false,
+            ),
             ("set=1\npublic_key=abcd\n\n".into(), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\nlisten_port=1\n\n"), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\npublic_key={key}\n\n"), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\nendpoint=host:1\n\n"), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\nallowed_ip=10.0.0.1\n\n"), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\nallowed_ip=10.0.0.1/33\n\n"), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\nprotocol_version=2\n\n"), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\ntx_bytes=1\n\n"), Errno::EINVAL, false),
-            (format!("set=1\npublic_key={key}\nremove=1\n\n"), Errno::EINVAL, false),
+            (
+                format!("set=1\npublic_key={key}\nlisten_port=1\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
+            (
+                format!("set=1\npublic_key={key}\npublic_key={key}\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
+            (
+                format!("set=1\npublic_key={key}\nendpoint=host:1\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
+            (
+                format!("set=1\npublic_key={key}\nallowed_ip=10.0.0.1\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
+            (
+                format!("set=1\npublic_key={key}\nallowed_ip=10.0.0.1/33\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
+            (
+                format!("set=1\npublic_key={key}\nprotocol_version=2\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
+            (
+                format!("set=1\npublic_key={key}\ntx_bytes=1\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
+            (
+                format!("set=1\npublic_key={key}\nremove=1\n\n"),
+                Errno::EINVAL,
+                false,
+            ),
             ("set=1\n\u{ff}=1\n\n".into(), Errno::EINVAL, false),
         ];
         for (text, errno, is_fatal) in cases {
@@ -878,7 +920,10 @@ remove=true
         let secret = "e84b5a6d2717c1003a13b431570353dbaca9146cf150c5f8575680feba5202";
         for text in [
             format!("set=1\nprivate_key={secret}\n\n"),
-            format!("set=1\npublic_key={}\npreshared_key={secret}\n\n", "11".repeat(32)),
+            format!(
+                "set=1\npublic_key={}\npreshared_key={secret}\n\n",
+                "11".repeat(32)
+            ),
         ] {
             let e = parse_request(&text).unwrap_err();
             assert!(!e.message.contains(&secret[..16]), "{}", e.message);

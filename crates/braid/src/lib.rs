@@ -1,0 +1,5 @@
+pub mod cidr;
+pub mod config;
+pub mod keys;
+pub mod show;
+pub mod uapi;
