@@ -24,6 +24,14 @@ enum Impl {
     WireguardGo,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// 198.18/16 underlay, 198.19/16 tunnel
+    V4,
+    /// 2001:db8:0::/48 underlay, 2001:db8:1::/48 tunnel
+    V6,
+}
+
 enum Side<'a> {
     Braid(BraidUp<'a>),
     /// Held for its Drop (stops wireguard-go).
@@ -87,7 +95,7 @@ fn assert_no_secret(what: &str, text: &str, secret: &str, secret_name: &str) {
 /// `ib` on side B (responder, no Endpoint). Handshake, pings both ways,
 /// iperf3 both ways, `wg show` and `braid show --json` on braid sides, and a
 /// clean `braid down`.
-fn pair_test(test: &str, ia: Impl, ib: Impl) {
+fn pair_test(test: &str, ia: Impl, ib: Impl, fam: Family) {
     if !preflight(test, TOOLS) {
         return;
     }
@@ -96,27 +104,48 @@ fn pair_test(test: &str, ia: Impl, ib: Impl) {
     let nsa = env.netns("a");
     let nsb = env.netns("b");
     let (va, vb) = (env.ifname("va"), env.ifname("vb"));
-    let (ua, ub) = (format!("198.18.{x}.1"), format!("198.18.{x}.2"));
+    // underlay (ua, ub), its prefix length, endpoint of B, tunnel (ta, tb) and its prefix length
+    let (ua, ub, ulen, ep_b, ta, tb, tlen, host) = match fam {
+        Family::V4 => (
+            format!("198.18.{x}.1"),
+            format!("198.18.{x}.2"),
+            24,
+            format!("198.18.{x}.2:51821"),
+            format!("198.19.{x}.1"),
+            format!("198.19.{x}.2"),
+            24,
+            32,
+        ),
+        Family::V6 => (
+            format!("2001:db8:0:{x:x}::1"),
+            format!("2001:db8:0:{x:x}::2"),
+            64,
+            format!("[2001:db8:0:{x:x}::2]:51821"),
+            format!("2001:db8:1:{x:x}::1"),
+            format!("2001:db8:1:{x:x}::2"),
+            64,
+            128,
+        ),
+    };
     let _veth = Veth::new(
         &nsa,
         &va,
-        &format!("{ua}/24"),
+        &format!("{ua}/{ulen}"),
         &nsb,
         &vb,
-        &format!("{ub}/24"),
+        &format!("{ub}/{ulen}"),
     );
 
     let (ka, kb) = (Keys::new(), Keys::new());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
     let conf_a = IfaceConf {
         private_key: ka.private.clone(),
         listen_port: Some(51820),
-        address: vec![format!("{ta}/24")],
+        address: vec![format!("{ta}/{tlen}")],
         peers: vec![PeerConf {
             public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("{ub}:51821")),
+            allowed_ips: vec![format!("{tb}/{host}")],
+            endpoint: Some(ep_b),
             ..Default::default()
         }],
         ..Default::default()
@@ -124,10 +153,10 @@ fn pair_test(test: &str, ia: Impl, ib: Impl) {
     let conf_b = IfaceConf {
         private_key: kb.private.clone(),
         listen_port: Some(51821),
-        address: vec![format!("{tb}/24")],
+        address: vec![format!("{tb}/{tlen}")],
         peers: vec![PeerConf {
             public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
+            allowed_ips: vec![format!("{ta}/{host}")],
             endpoint: None,
             ..Default::default()
         }],
@@ -241,12 +270,34 @@ fn wireguard_go_to_wireguard_go() {
         "wireguard_go_to_wireguard_go",
         Impl::WireguardGo,
         Impl::WireguardGo,
+        Family::V4,
+    );
+}
+
+#[test]
+fn wireguard_go_to_wireguard_go_ipv6() {
+    pair_test(
+        "wireguard_go_to_wireguard_go_ipv6",
+        Impl::WireguardGo,
+        Impl::WireguardGo,
+        Family::V6,
+    );
+}
+
+/// IPv6 underlay and IPv6 inside the tunnel (2001:db8::/32 only).
+#[test]
+fn braid_initiator_wireguard_go_responder_ipv6() {
+    pair_test(
+        "braid_initiator_wireguard_go_responder_ipv6",
+        Impl::Braid,
+        Impl::WireguardGo,
+        Family::V6,
     );
 }
 
 #[test]
 fn braid_to_braid() {
-    pair_test("braid_to_braid", Impl::Braid, Impl::Braid);
+    pair_test("braid_to_braid", Impl::Braid, Impl::Braid, Family::V4);
 }
 
 #[test]
@@ -255,6 +306,7 @@ fn braid_initiator_wireguard_go_responder() {
         "braid_initiator_wireguard_go_responder",
         Impl::Braid,
         Impl::WireguardGo,
+        Family::V4,
     );
 }
 
@@ -264,6 +316,7 @@ fn wireguard_go_initiator_braid_responder() {
         "wireguard_go_initiator_braid_responder",
         Impl::WireguardGo,
         Impl::Braid,
+        Family::V4,
     );
 }
 

@@ -733,12 +733,22 @@ impl Veth {
             a: a.to_string(),
             b: b.to_string(),
         };
-        ns_a.ip(&["addr", "add", addr_a, "dev", a])
-            .expect_ok("veth addr a");
-        ns_b.ip(&["addr", "add", addr_b, "dev", b])
-            .expect_ok("veth addr b");
-        ns_a.ip(&["link", "set", a, "up"]).expect_ok("veth a up");
-        ns_b.ip(&["link", "set", b, "up"]).expect_ok("veth b up");
+        for (ns, dev, addr) in [(ns_a, a, addr_a), (ns_b, b, addr_b)] {
+            let mut args = vec!["addr", "add", addr, "dev", dev];
+            if addr.contains(':') {
+                args.push("nodad"); // usable at once, no duplicate address detection wait
+            }
+            ns.ip(&args).expect_ok("veth address");
+            ns.ip(&["link", "set", dev, "up"]).expect_ok("veth up");
+        }
+        // Wait for carrier on both ends (operstate UP), so the first packets
+        // of a test are not lost to link bring-up.
+        let carrier = |ns: &Netns, dev: &str| {
+            let o = ns.ip(&["-o", "link", "show", "dev", dev]);
+            o.ok() && o.stdout.contains("state UP") && !o.stdout.contains("NO-CARRIER")
+        };
+        let up = wait_until(LONG, || carrier(ns_a, a) && carrier(ns_b, b));
+        assert!(up, "veth {a}/{b} never got carrier");
         v
     }
 }
@@ -891,8 +901,11 @@ impl WgGo {
         ns.run("wg", &["setconf", ifname, &file.to_string_lossy()], SHORT)
             .expect_ok("wg setconf (wireguard-go)");
         for a in &conf.address {
-            ns.ip(&["address", "add", a, "dev", ifname])
-                .expect_ok("address on wireguard-go tun");
+            let mut args = vec!["address", "add", a.as_str(), "dev", ifname];
+            if a.contains(':') {
+                args.push("nodad");
+            }
+            ns.ip(&args).expect_ok("address on wireguard-go tun");
         }
         if let Some(m) = conf.mtu {
             ns.ip(&["link", "set", ifname, "mtu", &m.to_string()])
