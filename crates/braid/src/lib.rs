@@ -1,5 +1,6 @@
 pub mod cidr;
 pub mod config;
+pub mod daemon;
 pub mod keys;
 pub mod show;
 pub mod uapi;

@@ -1,1 +1,244 @@
-fn main() {}
+//! `braid`: the command line, with the habits of `wg` and `wg-quick`.
+
+use braid::config::Config;
+use braid::daemon::{self, background, control, UpRequest};
+use braid::keys::{PresharedKey, PrivateKey};
+use braid::{show, uapi};
+use clap::{Parser, Subcommand};
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Parser)]
+#[command(
+    name = "braid",
+    version,
+    about = "A fast userspace VPN that speaks WireGuard and braids several lines into one tunnel"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Bring up an interface from a wg-quick config file (interface name = file stem).
+    Up {
+        /// Path to NAME.conf.
+        file: PathBuf,
+        /// Stay attached to the terminal instead of running in the background.
+        #[arg(long, short = 'f')]
+        foreground: bool,
+    },
+    /// Stop an interface's daemon and remove what it created.
+    Down { name: String },
+    /// Show interfaces as `wg show` does, plus braid's counters.
+    Show {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a new private key (base64).
+    Genkey,
+    /// Read a private key on stdin, print its public key.
+    Pubkey,
+    /// Print a new preshared key.
+    Genpsk,
+    /// Create an unconfigured interface served over the userspace API, as
+    /// `wireguard-go NAME` does (what wg-quick runs in userspace mode).
+    #[command(external_subcommand)]
+    Interface(Vec<String>),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up { file, foreground } => up(&file, foreground),
+        Command::Down { name } => down(&name),
+        Command::Show { name, json } => show_cmd(name.as_deref(), json),
+        Command::Genkey => {
+            println!("{}", &*PrivateKey::generate().to_base64());
+            Ok(())
+        }
+        Command::Genpsk => {
+            println!("{}", &*PresharedKey::generate().to_base64());
+            Ok(())
+        }
+        Command::Pubkey => pubkey(),
+        Command::Interface(args) => interface(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("braid: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn pubkey() -> Result<(), String> {
+    let mut input = zeroize::Zeroizing::new(String::new());
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .map_err(|e| format!("reading stdin: {e}"))?;
+    let key = PrivateKey::from_base64(input.trim()).map_err(|e| format!("stdin: {e}"))?;
+    println!("{}", key.public_key().to_base64());
+    Ok(())
+}
+
+fn require_root() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("this needs root (CAP_NET_ADMIN) to create a TUN interface".into());
+    }
+    Ok(())
+}
+
+fn log_path(name: &str) -> String {
+    format!("/var/log/braid/{name}.log")
+}
+
+fn up(file: &std::path::Path, foreground: bool) -> Result<(), String> {
+    // Everything that can be wrong with the file is found before the system
+    // is touched.
+    let name = Config::interface_name(file).map_err(|e| e.to_string())?;
+    let config = Config::load(file).map_err(|e| e.to_string())?;
+    daemon::config_to_set(&config).map_err(|e| format!("{}: {e}", file.display()))?;
+    require_root()?;
+    start(
+        UpRequest {
+            name,
+            config: Some(config),
+        },
+        foreground,
+    )
+}
+
+fn interface(args: &[String]) -> Result<(), String> {
+    let (foreground, names): (Vec<&String>, Vec<&String>) = args
+        .iter()
+        .partition(|a| a.as_str() == "-f" || a.as_str() == "--foreground");
+    let [name] = names.as_slice() else {
+        return Err(format!(
+            "unknown command {:?}; see `braid --help`",
+            args.join(" ")
+        ));
+    };
+    if name.starts_with('-') || name.len() > 15 || name.is_empty() {
+        return Err(format!(
+            "{name:?} is neither a command nor a valid interface name"
+        ));
+    }
+    require_root()?;
+    start(
+        UpRequest {
+            name: name.to_string(),
+            config: None,
+        },
+        !foreground.is_empty(),
+    )
+}
+
+fn start(req: UpRequest, foreground: bool) -> Result<(), String> {
+    let ready = if foreground {
+        background::ReadyPipe::foreground()
+    } else {
+        background::daemonize(&log_path(&req.name))
+            .map_err(|e| format!("cannot start the daemon: {e}"))?
+    };
+    daemon::run(req, ready).map_err(|e| e.to_string())
+}
+
+/// Asks the daemon behind NAME's socket to stop, and waits until it has.
+fn down(name: &str) -> Result<(), String> {
+    require_root()?;
+    let path = control::socket_path(name);
+    let stream = std::os::unix::net::UnixStream::connect(&path)
+        .map_err(|e| format!("no braid interface {name} ({}: {e})", path.display()))?;
+    let pid = peer_pid(&stream)
+        .ok_or_else(|| format!("cannot tell which process serves {}", path.display()))?;
+    drop(stream);
+    // SAFETY: kill with a pid the kernel reported for the socket's owner.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return Err(format!(
+            "cannot stop process {pid}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // SAFETY: signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 || path.exists() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{name}: the daemon (pid {pid}) did not stop within 10 s"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn peer_pid(stream: &std::os::unix::net::UnixStream) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt SO_PEERCRED fills a ucred of the given length.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && cred.pid > 0).then_some(cred.pid)
+}
+
+fn show_cmd(name: Option<&str>, json: bool) -> Result<(), String> {
+    let names: Vec<String> = match name {
+        Some(n) => vec![n.to_string()],
+        None => {
+            let mut v: Vec<String> = std::fs::read_dir(control::SOCKET_DIR)
+                .map(|d| {
+                    d.flatten()
+                        .filter_map(|e| {
+                            e.file_name()
+                                .to_str()?
+                                .strip_suffix(".sock")
+                                .map(str::to_string)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            v.sort();
+            v
+        }
+    };
+    let color = std::io::stdout().is_terminal();
+    let mut jsons = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let snap = uapi::query_braid(control::socket_path(n)).map_err(|e| format!("{n}: {e}"))?;
+        if json {
+            jsons.push(show::render_json(n, &snap));
+        } else {
+            if i > 0 {
+                println!();
+            }
+            print!("{}", show::render_text(n, &snap, SystemTime::now(), color));
+        }
+    }
+    if json {
+        if name.is_some() {
+            println!("{}", jsons.join(""));
+        } else {
+            println!("[{}]", jsons.join(","));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! The userspace API seen from the daemon: a thread accepts connections on
+//! `/var/run/wireguard/NAME.sock` and hands each parsed request to the event
+//! loop (which owns the device, so no lock guards it), then writes the
+//! answer back. Also converts between UAPI/config types and the core.
+
+use crate::cidr::IpCidr;
+use crate::keys::{PresharedKey, PrivateKey, PublicKey};
+use crate::uapi::{
+    self, DeviceSnapshot, Errno, PeerSnapshot, PeerUpdate, Request, Response, SetRequest,
+};
+use braid_core::device::Device;
+use braid_io::Waker;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const SOCKET_DIR: &str = "/var/run/wireguard";
+
+pub fn socket_path(name: &str) -> PathBuf {
+    Path::new(SOCKET_DIR).join(format!("{name}.sock"))
+}
+
+/// A request waiting for the event loop, with the way back to its client.
+pub struct Pending {
+    pub request: Request,
+    pub reply: SyncSender<Response>,
+}
+
+/// Creates the socket (only root may connect) and starts the accept thread.
+pub fn listen(name: &str, waker: Arc<Waker>) -> std::io::Result<(Receiver<Pending>, PathBuf)> {
+    std::fs::create_dir_all(SOCKET_DIR)?;
+    let path = socket_path(name);
+    if path.exists() {
+        // A live daemon would answer; a stale file from a crash is replaced.
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{} is in use by a running daemon", path.display()),
+            ));
+        }
+        std::fs::remove_file(&path)?;
+    }
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("braid-uapi".into())
+        .spawn(move || accept_loop(listener, tx, waker))?;
+    Ok((rx, path))
+}
+
+fn accept_loop(listener: UnixListener, tx: Sender<Pending>, waker: Arc<Waker>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let tx = tx.clone();
+        let waker = waker.clone();
+        // One thread per client keeps a slow client from blocking others;
+        // clients are root tools that connect rarely.
+        let _ = std::thread::Builder::new()
+            .name("braid-uapi-conn".into())
+            .spawn(move || {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                let mut handler = |request: Request| {
+                    let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+                    if tx
+                        .send(Pending {
+                            request,
+                            reply: reply_tx,
+                        })
+                        .is_err()
+                    {
+                        return Response::Error(Errno::EIO);
+                    }
+                    let _ = waker.wake();
+                    reply_rx.recv().unwrap_or(Response::Error(Errno::EIO))
+                };
+                let _ = uapi::serve_connection(stream, &mut handler);
+            });
+    }
+}
+
+/// Interface-level settings the device does not own.
+pub struct InterfaceState {
+    pub listen_port: u16,
+    pub fwmark: u32,
+}
+
+/// What applying a set request asks of the I/O layer.
+#[derive(Default)]
+pub struct SetEffects {
+    pub new_listen_port: Option<u16>,
+    pub new_fwmark: Option<u32>,
+}
+
+/// Applies a `set` request to the device in wireguard-go's order: device
+/// fields, `replace_peers`, then each peer in sequence.
+pub fn apply_set(device: &mut Device, set: &SetRequest, now: Instant) -> Result<SetEffects, Errno> {
+    let mut effects = SetEffects::default();
+    if let Some(key) = &set.private_key {
+        device.set_private_key(key.as_ref().map(|k| *k.as_bytes()));
+    }
+    effects.new_listen_port = set.listen_port;
+    effects.new_fwmark = set.fwmark;
+    if set.replace_peers {
+        device.remove_all_peers();
+    }
+    for update in &set.peers {
+        apply_peer(device, update, now)?;
+    }
+    Ok(effects)
+}
+
+fn apply_peer(device: &mut Device, update: &PeerUpdate, now: Instant) -> Result<(), Errno> {
+    let public = *update.public_key.as_bytes();
+    if update.remove {
+        device.remove_peer(&public);
+        return Ok(());
+    }
+    let pid = match device.find_peer(&public) {
+        Some(pid) => pid,
+        None if update.update_only => return Ok(()),
+        // Our own public key: WireGuard ignores such a peer.
+        None => match device.add_peer(public) {
+            Some(pid) => pid,
+            None => return Ok(()),
+        },
+    };
+    if let Some(psk) = &update.preshared_key {
+        device.set_preshared_key(pid, psk.as_ref().map_or([0; 32], |k| *k.as_bytes()));
+    }
+    if let Some(endpoint) = update.endpoint {
+        device.set_endpoint(pid, endpoint);
+    }
+    if update.replace_allowed_ips {
+        device.clear_allowed_ips(pid);
+    }
+    for cidr in &update.allowed_ips {
+        device
+            .add_allowed_ip(pid, cidr.addr, cidr.prefix)
+            .map_err(|_| Errno::EINVAL)?;
+    }
+    if let Some(seconds) = update.persistent_keepalive_interval {
+        device.set_persistent_keepalive(now, pid, seconds);
+    }
+    Ok(())
+}
+
+/// The device as the UAPI reports it; `extra` carries braid's counters.
+pub fn snapshot(
+    device: &Device,
+    state: &InterfaceState,
+    io_drops: &[(&str, u64)],
+) -> DeviceSnapshot {
+    let mut snap = DeviceSnapshot::new(
+        device.private_key().map(PrivateKey::from_bytes),
+        state.listen_port,
+        state.fwmark,
+    );
+    if snap.public_key.is_none() {
+        snap.public_key = device.public_key().map(PublicKey::from_bytes);
+    }
+    let c = device.counters;
+    snap.extra = vec![
+        ("invalid_datagrams".into(), c.invalid_datagrams),
+        ("invalid_mac".into(), c.invalid_mac),
+        ("handshake_rejected".into(), c.handshake_rejected),
+        ("handshake_flood_dropped".into(), c.handshake_flood_dropped),
+        ("cookie_replies_sent".into(), c.cookie_replies_sent),
+        ("unknown_index".into(), c.unknown_index),
+        ("no_route".into(), c.no_route),
+    ];
+    snap.extra
+        .extend(io_drops.iter().map(|(n, v)| (n.to_string(), *v)));
+    for pid in device.peer_ids() {
+        let Some(info) = device.peer_info(pid) else {
+            continue;
+        };
+        let mut p = PeerSnapshot::new(PublicKey::from_bytes(info.public_key));
+        p.preshared_key =
+            (info.preshared_key != [0; 32]).then(|| PresharedKey::from_bytes(info.preshared_key));
+        p.endpoint = info.endpoint;
+        p.last_handshake = info.last_handshake;
+        p.rx_bytes = info.counters.rx_bytes;
+        p.tx_bytes = info.counters.tx_bytes;
+        p.persistent_keepalive_interval = info.persistent_keepalive;
+        p.allowed_ips = info
+            .allowed_ips
+            .iter()
+            .filter_map(|(addr, prefix)| IpCidr::new(*addr, *prefix))
+            .collect();
+        let k = info.counters;
+        p.extra = vec![
+            ("rx_packets".into(), k.rx_packets),
+            ("tx_packets".into(), k.tx_packets),
+            ("handshakes_initiated".into(), k.handshakes_initiated),
+            ("handshakes_completed".into(), k.handshakes_completed),
+            (
+                "handshake_responses_sent".into(),
+                k.handshake_responses_sent,
+            ),
+            ("keepalives_sent".into(), k.keepalives_sent),
+            ("keepalives_received".into(), k.keepalives_received),
+            ("cookie_replies_received".into(), k.cookie_replies_received),
+            ("replayed".into(), k.replayed),
+            ("auth_failed".into(), k.auth_failed),
+            ("disallowed_source".into(), k.disallowed_source),
+            ("staged_dropped".into(), k.staged_dropped),
+        ];
+        snap.peers.push(p);
+    }
+    snap
+}

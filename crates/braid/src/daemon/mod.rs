@@ -1,0 +1,407 @@
+//! The braid daemon: one interface, one event loop.
+//!
+//! ```text
+//!   TUN ──read_batch──► Device::encapsulate ──send_batch──► UDP
+//!   UDP ──recv_batch──► Device::decapsulate ──write_batch─► TUN
+//!   timers, handshakes, keepalives: Device::poll_transmit ─► UDP
+//!   UAPI socket thread ──channel + eventfd──► loop applies, answers
+//! ```
+//!
+//! The loop owns the device; nothing is locked per packet and every I/O call
+//! moves a batch.
+
+pub mod background;
+pub mod control;
+
+use crate::config::{Config, Table};
+use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
+use background::ReadyPipe;
+use braid_core::batch::PacketBatch;
+use braid_core::device::Device;
+use braid_io::{netcfg, poll, Interest, Tun, UdpSocket, Waker};
+use control::{InterfaceState, Pending};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Packets per I/O batch (as wireguard-go).
+const BATCH: usize = 128;
+/// Bytes per batch slot: room for a jumbo-frame MTU plus WireGuard overhead.
+const SLOT_BYTES: usize = 9 * 1024 + 256;
+/// Largest MTU a slot can carry.
+pub const MAX_MTU: u32 = 9000;
+/// How often housekeeping (link still there? MTU changed?) runs.
+const HOUSEKEEPING: Duration = Duration::from_secs(1);
+
+macro_rules! log {
+    ($name:expr, $($arg:tt)*) => {
+        eprintln!("braid[{}]: {}", $name, format!($($arg)*))
+    };
+}
+
+/// What to bring up.
+pub struct UpRequest {
+    pub name: String,
+    /// `None`: an empty interface configured later over the UAPI (wg-quick's
+    /// userspace mode).
+    pub config: Option<Config>,
+}
+
+/// Turns a parsed config into the same `set` request the UAPI would send,
+/// so both paths configure the device identically.
+pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
+    let mut set = SetRequest {
+        private_key: Some(Some(config.interface.private_key.clone())),
+        listen_port: config.interface.listen_port,
+        fwmark: config.interface.fwmark,
+        replace_peers: true,
+        peers: Vec::new(),
+    };
+    for peer in &config.peers {
+        let mut u = PeerUpdate::new(peer.public_key.clone());
+        u.preshared_key = Some(peer.preshared_key.clone());
+        if let Some(ep) = &peer.endpoint {
+            let addr = ep.resolve().map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot resolve endpoint {}:{}: {e}", ep.host, ep.port),
+                )
+            })?;
+            u.endpoint = Some(addr);
+        }
+        u.replace_allowed_ips = true;
+        u.allowed_ips = peer.allowed_ips.clone();
+        u.persistent_keepalive_interval = peer.persistent_keepalive;
+        set.peers.push(u);
+    }
+    Ok(set)
+}
+
+/// Runs wg-quick style hooks (`%i` is the interface name).
+fn run_hooks(name: &str, hooks: &[String]) -> std::io::Result<()> {
+    for hook in hooks {
+        let cmd = hook.replace("%i", name);
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&cmd)
+            .status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "hook `{cmd}` failed with {status}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Creates the interface, configures it and runs the event loop until a
+/// stop signal or the interface's removal. `ready` learns the outcome of
+/// the set-up.
+pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
+    let name = req.name.clone();
+    let (mut daemon, path) = match setup(&req) {
+        Ok(v) => v,
+        Err(e) => {
+            ready.failed(&format!("{name}: {e}\n"));
+            return Err(e);
+        }
+    };
+    ready.ready(&format!(
+        "braid: interface {name} is up (listening on UDP port {})\n",
+        daemon.state.listen_port
+    ));
+    log!(
+        name,
+        "up, listening on UDP port {}",
+        daemon.state.listen_port
+    );
+    let result = daemon.event_loop();
+    if let Some(cfg) = &req.config {
+        if let Err(e) = run_hooks(&name, &cfg.interface.pre_down) {
+            log!(name, "{e}");
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    drop(daemon); // closing the TUN removes the interface and its routes
+    if let Some(cfg) = &req.config {
+        if let Err(e) = run_hooks(&name, &cfg.interface.post_down) {
+            log!(name, "{e}");
+        }
+    }
+    log!(name, "down");
+    result
+}
+
+fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
+    let name = &req.name;
+    if netcfg::link_exists(name) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("interface {name} already exists"),
+        ));
+    }
+    let set = req.config.as_ref().map(config_to_set).transpose()?;
+    if let Some(cfg) = &req.config {
+        run_hooks(name, &cfg.interface.pre_up)?;
+    }
+    let tun = Tun::create(name)?;
+    let mtu = req
+        .config
+        .as_ref()
+        .and_then(|c| c.interface.mtu)
+        .unwrap_or(1420);
+    if mtu > MAX_MTU {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("MTU {mtu} is above braid's maximum of {MAX_MTU}"),
+        ));
+    }
+    netcfg::link_set_mtu(name, mtu)?;
+    let waker = Arc::new(Waker::new()?);
+    background::install_stop_signals(waker.as_raw_fd());
+    let now = Instant::now();
+    let mut seed = [0u8; 32];
+    getrandom::getrandom(&mut seed).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut device = Device::new(now, SystemTime::now(), seed);
+    device.set_mtu(mtu as usize);
+    let mut state = InterfaceState {
+        listen_port: 0,
+        fwmark: 0,
+    };
+    if let Some(set) = &set {
+        let effects = control::apply_set(&mut device, set, now)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
+        state.listen_port = effects.new_listen_port.unwrap_or(0);
+        state.fwmark = effects.new_fwmark.unwrap_or(0);
+    }
+    let udp = UdpSocket::bind(state.listen_port)?;
+    state.listen_port = udp.local_port();
+    if state.fwmark != 0 {
+        set_fwmark(&udp, state.fwmark)?;
+    }
+    let (requests, path) = control::listen(name, waker.clone())?;
+    if let Some(cfg) = &req.config {
+        for addr in &cfg.interface.addresses {
+            netcfg::addr_add(name, &addr.to_string())?;
+        }
+        netcfg::link_set_up(name)?;
+        add_routes(name, cfg)?;
+        run_hooks(name, &cfg.interface.post_up)?;
+    }
+    let daemon = Daemon {
+        name: name.clone(),
+        device,
+        state,
+        tun,
+        udp,
+        waker,
+        requests,
+        tun_batch: PacketBatch::new(BATCH, SLOT_BYTES),
+        udp_batch: PacketBatch::new(BATCH, SLOT_BYTES),
+        control_batch: PacketBatch::new(BATCH, SLOT_BYTES),
+    };
+    Ok((daemon, path))
+}
+
+fn add_routes(name: &str, cfg: &Config) -> std::io::Result<()> {
+    let table = match cfg.interface.table {
+        Table::Off => return Ok(()),
+        Table::Auto => None,
+        Table::Id(id) => Some(id),
+    };
+    for peer in &cfg.peers {
+        for cidr in &peer.allowed_ips {
+            if cidr.prefix == 0 && table.is_none() {
+                // A default route through the tunnel would capture the
+                // tunnel's own UDP packets; wg-quick solves this with fwmark
+                // policy routing, which braid does not do yet.
+                log!(name, "not adding a default route for {cidr}: use Table = <id> with your own rules, or wg-quick");
+                continue;
+            }
+            netcfg::route_add(&cidr.network().to_string(), name, table)?;
+        }
+    }
+    Ok(())
+}
+
+fn set_fwmark(udp: &UdpSocket, mark: u32) -> std::io::Result<()> {
+    // SAFETY: setsockopt with a valid fd and a u32 option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            udp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mark as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+struct Daemon {
+    name: String,
+    device: Device,
+    state: InterfaceState,
+    tun: Tun,
+    udp: UdpSocket,
+    waker: Arc<Waker>,
+    requests: Receiver<Pending>,
+    tun_batch: PacketBatch,
+    udp_batch: PacketBatch,
+    control_batch: PacketBatch,
+}
+
+impl Daemon {
+    fn event_loop(&mut self) -> std::io::Result<()> {
+        let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
+        while !background::stop_requested() {
+            let now = Instant::now();
+            let deadline = self
+                .device
+                .poll_timeout()
+                .map_or(next_housekeeping, |t| t.min(next_housekeeping));
+            let fds = [
+                (self.tun.as_raw_fd(), Interest::READABLE),
+                (self.udp.as_raw_fd(), Interest::READABLE),
+                (self.waker.as_raw_fd(), Interest::READABLE),
+            ];
+            let ready = poll::wait(&fds, Some(deadline.saturating_duration_since(now)))?;
+            if ready.is_readable(0) {
+                self.from_tun()?;
+            }
+            if ready.is_readable(1) {
+                self.from_udp()?;
+            }
+            if ready.is_readable(2) {
+                self.waker.drain()?;
+                self.serve_requests();
+            }
+            let now = Instant::now();
+            self.device.handle_timeout(now);
+            self.transmit_pending(now)?;
+            if now >= next_housekeeping {
+                next_housekeeping = now + HOUSEKEEPING;
+                if !netcfg::link_exists(&self.name) {
+                    log!(self.name, "interface was removed");
+                    break;
+                }
+                if let Ok(mtu) = netcfg::link_mtu(&self.name) {
+                    self.device.set_mtu(mtu as usize);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads TUN batches until the TUN is drained (bounded, so UDP is not
+    /// starved), encrypting and sending each batch whole.
+    fn from_tun(&mut self) -> std::io::Result<()> {
+        for _ in 0..8 {
+            let n = self.tun.read_batch(&mut self.tun_batch)?;
+            if n == 0 {
+                break;
+            }
+            let now = Instant::now();
+            self.device.encapsulate(now, &mut self.tun_batch);
+            self.udp.send_batch(&self.tun_batch)?;
+            self.transmit_pending(now)?;
+            if n < BATCH {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn from_udp(&mut self) -> std::io::Result<()> {
+        for _ in 0..8 {
+            let n = self.udp.recv_batch(&mut self.udp_batch)?;
+            if n == 0 {
+                break;
+            }
+            let now = Instant::now();
+            self.device.decapsulate(now, &mut self.udp_batch);
+            self.tun.write_batch(&self.udp_batch)?;
+            self.transmit_pending(now)?;
+            if n < BATCH {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends handshakes, keepalives and packets released from staging.
+    fn transmit_pending(&mut self, now: Instant) -> std::io::Result<()> {
+        loop {
+            self.control_batch.clear();
+            let more = self.device.poll_transmit(now, &mut self.control_batch);
+            if !self.control_batch.is_empty() {
+                self.udp.send_batch(&self.control_batch)?;
+            }
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    fn serve_requests(&mut self) {
+        while let Ok(pending) = self.requests.try_recv() {
+            let response = match pending.request {
+                Request::Get => Response::Get(self.snapshot()),
+                Request::GetBraid => {
+                    let mut snap = self.snapshot();
+                    snap.private_key = None;
+                    Response::Braid(snap)
+                }
+                Request::Set(set) => self.apply(&set),
+            };
+            let _ = pending.reply.send(response);
+        }
+    }
+
+    fn snapshot(&self) -> crate::uapi::DeviceSnapshot {
+        let io = [
+            ("tun_dropped", self.tun.dropped()),
+            ("udp_dropped", self.udp.dropped()),
+        ];
+        control::snapshot(&self.device, &self.state, &io)
+    }
+
+    fn apply(&mut self, set: &SetRequest) -> Response {
+        let now = Instant::now();
+        let effects = match control::apply_set(&mut self.device, set, now) {
+            Ok(e) => e,
+            Err(errno) => return Response::Error(errno),
+        };
+        if let Some(port) = effects.new_listen_port {
+            if port != self.state.listen_port {
+                match UdpSocket::bind(port) {
+                    Ok(udp) => {
+                        self.state.listen_port = udp.local_port();
+                        self.udp = udp;
+                        if self.state.fwmark != 0 {
+                            let _ = set_fwmark(&self.udp, self.state.fwmark);
+                        }
+                    }
+                    Err(e) => {
+                        log!(self.name, "cannot listen on UDP port {port}: {e}");
+                        return Response::Error(Errno::EADDRINUSE);
+                    }
+                }
+            }
+        }
+        if let Some(mark) = effects.new_fwmark {
+            if set_fwmark(&self.udp, mark).is_err() {
+                return Response::Error(Errno::EINVAL);
+            }
+            self.state.fwmark = mark;
+        }
+        if let Err(e) = self.transmit_pending(now) {
+            log!(self.name, "send failed: {e}");
+        }
+        Response::Ok
+    }
+}
