@@ -1,6 +1,7 @@
 pub mod cidr;
 pub mod config;
 pub mod daemon;
+pub mod demo;
 pub mod keys;
 pub mod show;
 pub mod uapi;

@@ -45,6 +45,12 @@ enum Command {
     Pubkey,
     /// Print a new preshared key.
     Genpsk,
+    /// Run the built-in demo: two namespaces, a tunnel, iperf3, counters.
+    Demo {
+        /// Length of the iperf3 run in seconds.
+        #[arg(long, default_value_t = 5)]
+        seconds: u32,
+    },
     /// Create an unconfigured interface served over the userspace API, as
     /// `wireguard-go NAME` does (what wg-quick runs in userspace mode).
     #[command(external_subcommand)]
@@ -66,6 +72,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Pubkey => pubkey(),
+        Command::Demo { seconds } => require_root().and_then(|()| braid::demo::run_demo(seconds)),
         Command::Interface(args) => interface(&args),
     };
     match result {
