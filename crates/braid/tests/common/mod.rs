@@ -200,20 +200,50 @@ pub fn run_bounded(mut cmd: Command, timeout: Duration) -> Out {
 }
 
 pub fn run_bounded_stdin(cmd: &mut Command, stdin: Option<&str>, timeout: Duration) -> Out {
-    let what = describe_cmd(cmd);
     let n = OUT_COUNTER.fetch_add(1, Ordering::Relaxed);
     let base = std::env::temp_dir().join(format!("braid-e2e-out-{}-{n}", std::process::id()));
     let out_path = base.with_extension("out");
     let err_path = base.with_extension("err");
+    let result = run_bounded_files(cmd, stdin, timeout, &out_path, &err_path);
+    let _ = fs::remove_file(&out_path);
+    let _ = fs::remove_file(&err_path);
+    result
+}
+
+/// Like [`run_bounded_stdin`], but stdout/stderr go to the given files, which
+/// are kept: whatever a daemon started by the command writes later to its
+/// inherited stdout/stderr stays inspectable there.
+pub fn run_bounded_files(
+    cmd: &mut Command,
+    stdin: Option<&str>,
+    timeout: Duration,
+    out_path: &Path,
+    err_path: &Path,
+) -> Out {
+    run_bounded_tick(cmd, stdin, timeout, out_path, err_path, &mut || {})
+}
+
+/// The general form: `tick` is called on every poll while the command runs
+/// (used to reap a foreground daemon of ours that the command stops, so it
+/// does not linger as a zombie the command would wait for).
+pub fn run_bounded_tick(
+    cmd: &mut Command,
+    stdin: Option<&str>,
+    timeout: Duration,
+    out_path: &Path,
+    err_path: &Path,
+    tick: &mut dyn FnMut(),
+) -> Out {
+    let what = describe_cmd(cmd);
     let mk = |p: &Path| fs::File::create(p).expect("create temp output file");
-    cmd.stdout(Stdio::from(mk(&out_path)))
-        .stderr(Stdio::from(mk(&err_path)))
+    cmd.stdout(Stdio::from(mk(out_path)))
+        .stderr(Stdio::from(mk(err_path)))
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
         });
-    let result = match cmd.spawn() {
+    match cmd.spawn() {
         Err(e) => Out {
             what,
             status: None,
@@ -241,22 +271,22 @@ pub fn run_bounded_stdin(cmd: &mut Command, stdin: Option<&str>, timeout: Durati
                         let _ = child.wait();
                         break;
                     }
-                    Ok(None) => sleep(Duration::from_millis(20)),
+                    Ok(None) => {
+                        tick();
+                        sleep(Duration::from_millis(20))
+                    }
                     Err(_) => break,
                 }
             }
             Out {
                 what,
                 status,
-                stdout: fs::read_to_string(&out_path).unwrap_or_default(),
-                stderr: fs::read_to_string(&err_path).unwrap_or_default(),
+                stdout: fs::read_to_string(out_path).unwrap_or_default(),
+                stderr: fs::read_to_string(err_path).unwrap_or_default(),
                 timed_out,
             }
         }
-    };
-    let _ = fs::remove_file(&out_path);
-    let _ = fs::remove_file(&err_path);
-    result
+    }
 }
 
 /// Convenience: run a program with arguments (no namespace).
@@ -970,7 +1000,10 @@ pub struct BraidUp<'a> {
     pub up: Option<Out>,
     /// The foreground process (foreground mode); its output is in `log`.
     pub child: Option<ChildGuard>,
+    /// stdout (daemon mode) or stdout+stderr (foreground) of braid.
     pub log: PathBuf,
+    /// stderr of `braid up` and of a daemon that kept it (daemon mode).
+    pub err_log: Option<PathBuf>,
     downed: bool,
 }
 
@@ -994,6 +1027,7 @@ impl<'a> BraidUp<'a> {
             up: None,
             child: None,
             log: log.clone(),
+            err_log: None,
             downed: false,
         };
         let conf_s = conf_path.to_string_lossy().into_owned();
@@ -1001,8 +1035,9 @@ impl<'a> BraidUp<'a> {
             BraidMode::Daemon => {
                 let mut c = ns.cmd(BRAID);
                 c.args(["up", &conf_s]).env("RUST_LOG", "debug");
-                let out = run_bounded(c, Duration::from_secs(30));
-                let _ = fs::write(&log, format!("{}\n{}", out.describe(), ""));
+                let err_log = env.path(&format!("{ifname}.braid-stderr.log"));
+                let out = run_bounded_files(&mut c, None, Duration::from_secs(30), &log, &err_log);
+                g.err_log = Some(err_log);
                 g.up = Some(out);
             }
             BraidMode::Foreground => {
@@ -1062,12 +1097,13 @@ impl<'a> BraidUp<'a> {
     }
 
     /// Daemon/process output so far.
+    /// Everything braid wrote: `braid up`'s stdout and stderr including what
+    /// a daemon kept writing there later (daemon mode), or the foreground
+    /// process's output.
     pub fn log_text(&self) -> String {
         let mut s = fs::read_to_string(&self.log).unwrap_or_default();
-        if let Some(out) = &self.up {
-            if !s.contains(&out.stdout) || !s.contains(&out.stderr) {
-                s += &out.combined();
-            }
+        if let Some(p) = &self.err_log {
+            s += &fs::read_to_string(p).unwrap_or_default();
         }
         s
     }
@@ -1075,7 +1111,23 @@ impl<'a> BraidUp<'a> {
     /// `braid down NAME` (once). Returns its output.
     pub fn down(&mut self) -> Out {
         self.downed = true;
-        let out = self.ns.run(BRAID, &["down", &self.ifname], LONG);
+        let mut c = self.ns.cmd(BRAID);
+        c.args(["down", &self.ifname]);
+        let base = self.log.with_extension(format!(
+            "down{}",
+            OUT_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let (o, e) = (base.with_extension("out"), base.with_extension("err"));
+        // A foreground braid is our child: reap it while `braid down` waits
+        // for it to go, or it would stay a zombie that looks alive.
+        let child = &mut self.child;
+        let out = run_bounded_tick(&mut c, None, LONG, &o, &e, &mut || {
+            if let Some(ch) = child.as_mut() {
+                ch.exit_status();
+            }
+        });
+        let _ = fs::remove_file(&o);
+        let _ = fs::remove_file(&e);
         if let Some(child) = self.child.as_mut() {
             child.wait_exit(Duration::from_secs(10));
         }
