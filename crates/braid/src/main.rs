@@ -174,8 +174,7 @@ fn down(name: &str) -> Result<(), String> {
         ));
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    // SAFETY: signal 0 only checks that the process exists.
-    while unsafe { libc::kill(pid, 0) } == 0 || path.exists() {
+    while process_running(pid) || path.exists() {
         if Instant::now() > deadline {
             return Err(format!(
                 "{name}: the daemon (pid {pid}) did not stop within 10 s"
@@ -184,6 +183,16 @@ fn down(name: &str) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
+}
+
+/// Alive and not a zombie (a foreground daemon's parent may not have reaped
+/// it yet, but it has stopped).
+fn process_running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
 }
 
 fn peer_pid(stream: &std::os::unix::net::UnixStream) -> Option<i32> {

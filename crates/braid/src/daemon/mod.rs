@@ -59,7 +59,7 @@ pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
         peers: Vec::new(),
     };
     for peer in &config.peers {
-        let mut u = PeerUpdate::new(peer.public_key.clone());
+        let mut u = PeerUpdate::new(peer.public_key);
         u.preshared_key = Some(peer.preshared_key.clone());
         if let Some(ep) = &peer.endpoint {
             let addr = ep.resolve().map_err(|e| {
@@ -271,10 +271,10 @@ impl Daemon {
             ];
             let ready = poll::wait(&fds, Some(deadline.saturating_duration_since(now)))?;
             if ready.is_readable(0) {
-                self.from_tun()?;
+                self.on_tun_readable()?;
             }
             if ready.is_readable(1) {
-                self.from_udp()?;
+                self.on_udp_readable()?;
             }
             if ready.is_readable(2) {
                 self.waker.drain()?;
@@ -299,7 +299,7 @@ impl Daemon {
 
     /// Reads TUN batches until the TUN is drained (bounded, so UDP is not
     /// starved), encrypting and sending each batch whole.
-    fn from_tun(&mut self) -> std::io::Result<()> {
+    fn on_tun_readable(&mut self) -> std::io::Result<()> {
         for _ in 0..8 {
             let n = self.tun.read_batch(&mut self.tun_batch)?;
             if n == 0 {
@@ -316,7 +316,7 @@ impl Daemon {
         Ok(())
     }
 
-    fn from_udp(&mut self) -> std::io::Result<()> {
+    fn on_udp_readable(&mut self) -> std::io::Result<()> {
         for _ in 0..8 {
             let n = self.udp.recv_batch(&mut self.udp_batch)?;
             if n == 0 {
