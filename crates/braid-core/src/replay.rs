@@ -40,14 +40,10 @@ pub const BITMAP_BITS: u64 = BITMAP_WORDS as u64 * BITS_PER_WORD;
 /// counter is partly "in the future" (as `COUNTER_WINDOW_SIZE` in Linux).
 pub const WINDOW: u64 = BITMAP_BITS - BITS_PER_WORD;
 
-/// The first counter a receiver refuses, whatever the window says.
-///
-/// The WireGuard paper (§6.1, "Reject-After-Messages") fixes the limit at
-/// 2^64 − 2^13 − 1 messages per session; a sender must re-key before
-/// reaching it and a receiver rejects any counter at or beyond it. Keeping
-/// 2^13 counters of slack below `u64::MAX` also means `counter + WINDOW`
+/// The per-session message limit (defined with the other protocol limits).
+/// Its 2^13 counters of slack below `u64::MAX` also mean `counter + WINDOW`
 /// can never overflow for an accepted counter.
-pub const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
+pub use crate::consts::REJECT_AFTER_MESSAGES;
 
 /// Sliding anti-replay window of one receiving session; see the module
 /// documentation for the structure and the exact acceptance rule.
