@@ -81,6 +81,42 @@ fn route(verb: &str, dest_cidr: &str, dev: &str, table: Option<u32>) -> io::Resu
     ip(&args)
 }
 
+/// Policy routing for a full tunnel, as wg-quick sets it up: everything
+/// not marked with `fwmark` (the tunnel's own UDP packets are) looks up
+/// `table`, which routes via the tunnel; the main table still wins for
+/// anything more specific than its default route.
+pub fn default_route_rules_add(ipv6: bool, table: u32, fwmark: u32) -> io::Result<()> {
+    let fam = if ipv6 { "-6" } else { "-4" };
+    let (table, mark) = (table.to_string(), fwmark.to_string());
+    ip(&[fam, "rule", "add", "not", "fwmark", &mark, "table", &table])?;
+    ip(&[
+        fam,
+        "rule",
+        "add",
+        "table",
+        "main",
+        "suppress_prefixlength",
+        "0",
+    ])
+}
+
+/// Removes the rules of [`default_route_rules_add`].
+pub fn default_route_rules_del(ipv6: bool, table: u32, fwmark: u32) -> io::Result<()> {
+    let fam = if ipv6 { "-6" } else { "-4" };
+    let (table, mark) = (table.to_string(), fwmark.to_string());
+    let first = ip(&[fam, "rule", "del", "not", "fwmark", &mark, "table", &table]);
+    let second = ip(&[
+        fam,
+        "rule",
+        "del",
+        "table",
+        "main",
+        "suppress_prefixlength",
+        "0",
+    ]);
+    first.and(second)
+}
+
 /// `-4` or `-6` for an address or CIDR; also rejects anything that is not
 /// one, so no argument can be mistaken for an `ip` option.
 fn family(cidr: &str) -> io::Result<&'static str> {

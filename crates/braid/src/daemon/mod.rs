@@ -12,8 +12,9 @@
 
 pub mod background;
 pub mod control;
+pub mod routes;
 
-use crate::config::{Config, Table};
+use crate::config::Config;
 use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
 use background::ReadyPipe;
 use braid_core::batch::PacketBatch;
@@ -123,6 +124,9 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         }
     }
     let _ = std::fs::remove_file(&path);
+    if let Err(e) = daemon.routes.remove() {
+        log!(name, "removing routing rules: {e}");
+    }
     drop(daemon); // closing the TUN removes the interface and its routes
     if let Some(cfg) = &req.config {
         if let Err(e) = run_hooks(&name, &cfg.interface.post_down) {
@@ -175,19 +179,27 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         state.listen_port = effects.new_listen_port.unwrap_or(0);
         state.fwmark = effects.new_fwmark.unwrap_or(0);
     }
+    let full_tunnel_mark = req.config.as_ref().and_then(routes::full_tunnel_mark);
+    if let Some(mark) = full_tunnel_mark {
+        state.fwmark = mark;
+    }
     let udp = UdpSocket::bind(state.listen_port)?;
     state.listen_port = udp.local_port();
     if state.fwmark != 0 {
         set_fwmark(&udp, state.fwmark)?;
     }
     let (requests, path) = control::listen(name, waker.clone())?;
+    let mut installed = routes::Installed::default();
     if let Some(cfg) = &req.config {
         for addr in &cfg.interface.addresses {
             netcfg::addr_add(name, &addr.to_string())?;
         }
         netcfg::link_set_up(name)?;
-        add_routes(name, cfg)?;
-        run_hooks(name, &cfg.interface.post_up)?;
+        installed = routes::install(name, cfg, full_tunnel_mark)?;
+        if let Err(e) = run_hooks(name, &cfg.interface.post_up) {
+            let _ = installed.remove();
+            return Err(e);
+        }
     }
     let daemon = Daemon {
         name: name.clone(),
@@ -200,29 +212,9 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         tun_batch: PacketBatch::new(BATCH, SLOT_BYTES),
         udp_batch: PacketBatch::new(BATCH, SLOT_BYTES),
         control_batch: PacketBatch::new(BATCH, SLOT_BYTES),
+        routes: installed,
     };
     Ok((daemon, path))
-}
-
-fn add_routes(name: &str, cfg: &Config) -> std::io::Result<()> {
-    let table = match cfg.interface.table {
-        Table::Off => return Ok(()),
-        Table::Auto => None,
-        Table::Id(id) => Some(id),
-    };
-    for peer in &cfg.peers {
-        for cidr in &peer.allowed_ips {
-            if cidr.prefix == 0 && table.is_none() {
-                // A default route through the tunnel would capture the
-                // tunnel's own UDP packets; wg-quick solves this with fwmark
-                // policy routing, which braid does not do yet.
-                log!(name, "not adding a default route for {cidr}: use Table = <id> with your own rules, or wg-quick");
-                continue;
-            }
-            netcfg::route_add(&cidr.network().to_string(), name, table)?;
-        }
-    }
-    Ok(())
 }
 
 fn set_fwmark(udp: &UdpSocket, mark: u32) -> std::io::Result<()> {
@@ -253,6 +245,7 @@ struct Daemon {
     tun_batch: PacketBatch,
     udp_batch: PacketBatch,
     control_batch: PacketBatch,
+    routes: routes::Installed,
 }
 
 impl Daemon {

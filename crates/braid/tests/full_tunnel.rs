@@ -1,0 +1,97 @@
+//! `AllowedIPs = 0.0.0.0/0` with `Table = auto`: braid routes everything
+//! through the tunnel with wg-quick's fwmark policy routing, its own UDP
+//! packets still reach the peer, and `braid down` removes the rules.
+//!
+//! ```text
+//!  netns a: braid (AllowedIPs 0.0.0.0/0) ── veth 198.18.x.1/.2 ── netns b: braid
+//!                                                                  + 198.18.250.1 on lo
+//! ```
+//! 198.18.250.1 has no route in a's main table, so only the tunnel reaches it.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const TOOLS: &[&str] = &["ip", "ping"];
+
+#[test]
+fn full_tunnel_default_route_uses_policy_rules() {
+    let test = "full_tunnel_default_route_uses_policy_rules";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let x = env.octet();
+    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
+    let _veth = Veth::new(
+        &nsa,
+        &va,
+        &format!("198.18.{x}.1/24"),
+        &nsb,
+        &vb,
+        &format!("198.18.{x}.2/24"),
+    );
+    nsb.ip(&["addr", "add", "198.18.250.1/32", "dev", "lo"])
+        .expect_ok("address behind b");
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        listen_port: Some(51820),
+        address: vec![format!("198.19.{x}.1/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec!["0.0.0.0/0".into()],
+            endpoint: Some(format!("198.18.{x}.2:51821")),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(51821),
+        address: vec![format!("198.19.{x}.2/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("198.19.{x}.1/32")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    b.assert_up();
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
+    a.assert_up();
+
+    let rules = nsa.ip(&["-4", "rule"]).expect_ok("ip rule").stdout;
+    assert!(
+        rules.contains("not from all fwmark 0xca6c lookup 51820"),
+        "policy rule missing:\n{rules}"
+    );
+    assert!(
+        rules.contains("suppress_prefixlength 0"),
+        "suppress rule missing:\n{rules}"
+    );
+
+    // Only the tunnel leads to 198.18.250.1, and the tunnel's own UDP
+    // packets must not loop into it.
+    assert!(
+        ping_until_reply(&nsa, "198.18.250.1", Duration::from_secs(20)),
+        "no reply from behind b through the full tunnel"
+    );
+    let p = ping(&nsa, "198.18.250.1", 3);
+    assert_eq!(p.received, 3, "{}", p.output);
+    // The directly connected underlay still takes the main table.
+    let p = ping(&nsa, &format!("198.18.{x}.2"), 2);
+    assert_eq!(p.received, 2, "{}", p.output);
+
+    assert!(a.down().ok());
+    let rules = nsa.ip(&["-4", "rule"]).expect_ok("ip rule").stdout;
+    assert!(
+        !rules.contains("51820") && !rules.contains("suppress_prefixlength"),
+        "rules left after down:\n{rules}"
+    );
+    assert!(b.down().ok());
+}
