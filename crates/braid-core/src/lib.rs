@@ -7,6 +7,7 @@ pub mod consts;
 pub mod cookie;
 pub mod crypto;
 pub mod device;
+pub mod link;
 pub mod messages;
 pub mod noise;
 pub mod peer;
