@@ -2,10 +2,17 @@
 //! Two devices over an in-memory link with a virtual clock: handshake,
 //! data both ways, lost handshake packets, rekeying, key expiry, replays,
 //! keepalives, cookies under load and roaming — all in simulated time.
+//!
+//! Each direction of the link is a seeded `LinkModel` (by default a
+//! perfect line with `LATENCY` of delay), so the same impaired lines the
+//! `braid netem` relay makes — jitter that reorders, loss, duplication,
+//! corruption, cuts — can be put under the protocol here.
 
 use braid_core::batch::{PacketBatch, HEADROOM};
 use braid_core::consts::*;
 use braid_core::device::Device;
+use braid_core::link::{apply_corruption, Fate, JitterDist, LinkModel, LinkParams};
+use braid_core::messages::TYPE_DATA;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
@@ -27,6 +34,31 @@ struct InFlight {
     from: SocketAddr,
     deliver_at: Instant,
     bytes: Vec<u8>,
+    /// Message type before any corruption.
+    kind: u8,
+    corrupted: bool,
+    /// The second copy of a duplicated datagram.
+    duplicate: bool,
+}
+
+/// What the link handed to one side, as seen by the simulator, and what
+/// the receiver made of the damaged copies.
+#[derive(Default, Debug, Clone, Copy)]
+struct Arrivals {
+    /// Data messages (keepalives included) that arrived intact,
+    /// first copies only.
+    data: u64,
+    /// Of those, the ones carrying a packet (not keepalives).
+    data_with_payload: u64,
+    duplicate_data: u64,
+    corrupted_data: u64,
+    /// Corrupted data copies whose contents still reached the TUN.
+    corrupted_delivered: u64,
+    /// Why the corrupted data copies were refused.
+    corrupted_auth_failed: u64,
+    corrupted_replayed: u64,
+    corrupted_unknown_index: u64,
+    corrupted_invalid: u64,
 }
 
 /// Decides the fate of each datagram: deliver (true) or lose (false).
@@ -38,7 +70,13 @@ struct Pair {
     b: Device,
     a_src: SocketAddr,
     link: VecDeque<InFlight>,
+    /// Decides first (tests that drop chosen messages); what passes goes
+    /// through the line models.
     filter: LinkFilter,
+    to_a: LinkModel,
+    to_b: LinkModel,
+    arrivals_a: Arrivals,
+    arrivals_b: Arrivals,
     /// Every datagram that crossed the link, to replay later.
     captured: Vec<(Side, SocketAddr, Vec<u8>)>,
     delivered_a: Vec<Vec<u8>>,
@@ -59,7 +97,20 @@ fn ipv4_packet(src: [u8; 4], dst: [u8; 4], payload: &[u8]) -> Vec<u8> {
 }
 
 impl Pair {
+    /// Over a perfect line with `LATENCY` of delay each way.
     fn new() -> Pair {
+        Pair::with_line(
+            LinkParams {
+                delay: LATENCY,
+                ..LinkParams::default()
+            },
+            0,
+        )
+    }
+
+    /// Over a line that does `params` in each direction (seeded apart).
+    fn with_line(params: LinkParams, seed: u64) -> Pair {
+        params.validate().unwrap();
         let now = Instant::now();
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let mut a = Device::new(now, wall, [1; 32]);
@@ -82,6 +133,10 @@ impl Pair {
             a_src: A_ADDR.parse().unwrap(),
             link: VecDeque::new(),
             filter: Box::new(|_, _| true),
+            to_a: LinkModel::new(params.clone(), 2 * seed),
+            to_b: LinkModel::new(params, 2 * seed + 1),
+            arrivals_a: Arrivals::default(),
+            arrivals_b: Arrivals::default(),
             captured: Vec::new(),
             delivered_a: Vec::new(),
             delivered_b: Vec::new(),
@@ -94,6 +149,18 @@ impl Pair {
             Side::A => &mut self.a,
             Side::B => &mut self.b,
         }
+    }
+
+    fn line(&mut self, to: Side) -> &mut LinkModel {
+        match to {
+            Side::A => &mut self.to_a,
+            Side::B => &mut self.to_b,
+        }
+    }
+
+    fn set_cut(&mut self, cut: bool) {
+        self.to_a.set_cut(cut);
+        self.to_b.set_cut(cut);
     }
 
     fn src_of(&self, side: Side) -> SocketAddr {
@@ -113,12 +180,29 @@ impl Pair {
             }
             let to = if from == Side::A { Side::B } else { Side::A };
             self.captured.push((to, src, bytes.to_vec()));
-            if (self.filter)(to, bytes) {
+            if !(self.filter)(to, bytes) {
+                continue;
+            }
+            let now = self.now;
+            let Fate::Delivered { first, duplicate } = self.line(to).offer(now, bytes.len()) else {
+                continue;
+            };
+            let copies = [(first, false)]
+                .into_iter()
+                .chain(duplicate.map(|d| (d, true)));
+            for (copy, duplicate) in copies {
+                let mut b = bytes.to_vec();
+                if let Some(bit) = copy.corrupt_bit {
+                    apply_corruption(&mut b, bit);
+                }
                 self.link.push_back(InFlight {
                     to,
                     from: src,
-                    deliver_at: self.now + LATENCY,
-                    bytes: bytes.to_vec(),
+                    deliver_at: copy.at,
+                    bytes: b,
+                    kind: bytes[0],
+                    corrupted: copy.corrupt_bit.is_some(),
+                    duplicate,
                 });
             }
         }
@@ -158,8 +242,9 @@ impl Pair {
         self.flush(side);
     }
 
-    /// Hands one datagram to a device as if UDP received it.
-    fn deliver(&mut self, to: Side, from: SocketAddr, bytes: &[u8]) {
+    /// Hands one datagram to a device as if UDP received it; true when a
+    /// packet came out of the tunnel.
+    fn deliver(&mut self, to: Side, from: SocketAddr, bytes: &[u8]) -> bool {
         let mut batch = PacketBatch::new(1, 2048);
         batch.push_with(0, from, |b| {
             b[..bytes.len()].copy_from_slice(bytes);
@@ -167,7 +252,8 @@ impl Pair {
         });
         let now = self.now;
         self.device(to).decapsulate(now, &mut batch);
-        if !batch.packet(0).is_empty() {
+        let out = !batch.packet(0).is_empty();
+        if out {
             let p = batch.packet(0).to_vec();
             match to {
                 Side::A => self.delivered_a.push(p),
@@ -175,6 +261,34 @@ impl Pair {
             }
         }
         self.flush(to);
+        out
+    }
+
+    /// Delivers what the link carried, keeping the books of `Arrivals`.
+    fn arrive(&mut self, f: InFlight) {
+        let before = (self.peer_counters(f.to), self.device(f.to).counters);
+        let out = self.deliver(f.to, f.from, &f.bytes);
+        let (pc, dc) = (self.peer_counters(f.to), self.device(f.to).counters);
+        let r = match f.to {
+            Side::A => &mut self.arrivals_a,
+            Side::B => &mut self.arrivals_b,
+        };
+        if f.kind != TYPE_DATA {
+            return;
+        }
+        if f.corrupted {
+            r.corrupted_data += 1;
+            r.corrupted_delivered += out as u64;
+            r.corrupted_auth_failed += pc.auth_failed - before.0.auth_failed;
+            r.corrupted_replayed += pc.replayed - before.0.replayed;
+            r.corrupted_unknown_index += dc.unknown_index - before.1.unknown_index;
+            r.corrupted_invalid += dc.invalid_datagrams - before.1.invalid_datagrams;
+        } else if f.duplicate {
+            r.duplicate_data += 1;
+        } else {
+            r.data += 1;
+            r.data_with_payload += (f.bytes.len() > 32) as u64;
+        }
     }
 
     /// Advances virtual time to `until`, delivering datagrams and firing
@@ -193,7 +307,7 @@ impl Pair {
                     if next_packet == Some(t) {
                         let pos = self.link.iter().position(|f| f.deliver_at == t).unwrap();
                         let f = self.link.remove(pos).unwrap();
-                        self.deliver(f.to, f.from, &f.bytes);
+                        self.arrive(f);
                     } else {
                         let now = self.now;
                         self.a.handle_timeout(now);
@@ -550,4 +664,260 @@ fn under_load_the_responder_demands_cookies_and_the_peer_gets_through() {
         1,
         "the legitimate peer completed its handshake"
     );
+}
+
+// ---- Over impaired lines (the link model of `braid netem`) ----
+
+/// Two-sided 99.9 % normal quantile.
+const Z: f64 = 3.2905;
+
+/// "3 ms ± 1 ms, 1 % loss": uniform jitter (which reorders) and loss.
+fn rough_line() -> LinkParams {
+    LinkParams {
+        delay: Duration::from_millis(3),
+        jitter: Duration::from_millis(1),
+        jitter_dist: JitterDist::Uniform,
+        loss: 0.01,
+        ..LinkParams::default()
+    }
+}
+
+/// True when `k` of `n` fits probability `p` at 99.9 %.
+fn binomial_ok(k: u64, n: u64, p: f64) -> bool {
+    let sd = (n as f64 * p * (1.0 - p)).sqrt();
+    (k as f64 - n as f64 * p).abs() <= Z * sd + 1.0
+}
+
+/// Sequence numbers of delivered packets, checking each is intact.
+fn seqs(delivered: &[Vec<u8>]) -> Vec<u32> {
+    delivered
+        .iter()
+        .map(|p| {
+            let n = u32::from_be_bytes(p[20..24].try_into().unwrap());
+            assert_eq!(&p[20..], &payload(n)[..], "packet {n} intact");
+            n
+        })
+        .collect()
+}
+
+fn distinct(xs: &[u32]) -> usize {
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.len()
+}
+
+/// Pairs of packets that arrived in the opposite order to their sending.
+fn inversions(xs: &[u32]) -> usize {
+    xs.windows(2).filter(|w| w[1] < w[0]).count()
+}
+
+/// Sends probes from A until the handshake is done and one got through,
+/// however many the line loses; then forgets what was delivered.
+fn bring_up(p: &mut Pair) {
+    for i in 0..60 {
+        p.send(Side::A, &payload(1_000_000 + i));
+        p.run_for(Duration::from_secs(1));
+        if !p.delivered_b.is_empty() && p.last_handshake(Side::A).is_some() {
+            p.delivered_a.clear();
+            p.delivered_b.clear();
+            p.arrivals_a = Arrivals::default();
+            p.arrivals_b = Arrivals::default();
+            return;
+        }
+    }
+    panic!("the tunnel never came up");
+}
+
+/// `n` packets each way, one every `gap`; then waits for the stragglers.
+fn stream(p: &mut Pair, first: u32, n: u32, gap: Duration) {
+    for i in first..first + n {
+        p.send(Side::A, &payload(i));
+        p.send(Side::B, &payload(i));
+        p.run_for(gap);
+    }
+    p.run_for(Duration::from_secs(1));
+}
+
+#[test]
+fn rough_line_carries_a_steady_stream_both_ways() {
+    const N: u32 = 5000;
+    let mut p = Pair::with_line(rough_line(), 1);
+    bring_up(&mut p);
+    // One packet each way per millisecond: faster than the 2 ms range of
+    // the jitter, so the line reorders.
+    stream(&mut p, 0, N, Duration::from_millis(1));
+    for (side, delivered, arrivals, line) in [
+        (Side::B, &p.delivered_b, p.arrivals_b, p.to_b.counters()),
+        (Side::A, &p.delivered_a, p.arrivals_a, p.to_a.counters()),
+    ] {
+        let got = seqs(delivered);
+        let n = got.len() as u64;
+        assert!(
+            binomial_ok(n, N as u64, 0.99),
+            "to {side:?}: {n} of {N} arrived over a 1 % loss line"
+        );
+        assert_eq!(distinct(&got), got.len(), "to {side:?}: nothing twice");
+        // Every data message the line delivered came out of the tunnel:
+        // the only losses are the line's.
+        assert_eq!(n, arrivals.data_with_payload, "to {side:?}: {arrivals:?}");
+        assert!(line.dropped_loss > 0 && line.reordered > 0, "{line:?}");
+        assert!(
+            inversions(&got) > 0,
+            "to {side:?}: reordered packets are accepted"
+        );
+        let c = p.peer_counters(side);
+        assert_eq!((c.replayed, c.auth_failed), (0, 0), "to {side:?}: {c:?}");
+    }
+}
+
+#[test]
+fn corrupted_datagrams_fail_authentication() {
+    const N: u32 = 3000;
+    let params = LinkParams {
+        corrupt: 0.05,
+        ..rough_line()
+    };
+    let mut p = Pair::with_line(params, 2);
+    bring_up(&mut p);
+    stream(&mut p, 0, N, Duration::from_millis(1));
+    for (side, delivered, r) in [
+        (Side::B, &p.delivered_b, p.arrivals_b),
+        (Side::A, &p.delivered_a, p.arrivals_a),
+    ] {
+        // `seqs` checks that every packet out of the tunnel is intact.
+        let got = seqs(delivered);
+        assert_eq!(distinct(&got), got.len());
+        assert_eq!(got.len() as u64, r.data_with_payload, "to {side:?}: {r:?}");
+        assert_eq!(r.corrupted_delivered, 0, "to {side:?}: {r:?}");
+        // About 5 % of the data copies that arrived were damaged.
+        let arrived = r.data + r.corrupted_data;
+        assert!(
+            binomial_ok(r.corrupted_data, arrived, 0.05),
+            "to {side:?}: {r:?}"
+        );
+        // Each was refused for exactly one reason: mostly the tag; a flip
+        // in the header can make the type, the receiver index or the
+        // counter (then maybe a replay) wrong first.
+        let refused = r.corrupted_auth_failed
+            + r.corrupted_replayed
+            + r.corrupted_unknown_index
+            + r.corrupted_invalid;
+        assert_eq!(refused, r.corrupted_data, "to {side:?}: {r:?}");
+        assert!(
+            r.corrupted_auth_failed * 10 >= r.corrupted_data * 7,
+            "to {side:?}: most by authentication: {r:?}"
+        );
+        let c = p.peer_counters(side);
+        assert_eq!(c.auth_failed, r.corrupted_auth_failed, "to {side:?}");
+        assert_eq!(c.replayed, r.corrupted_replayed, "to {side:?}");
+    }
+    // Damage never cost the session: no new handshake was needed.
+    assert_eq!(p.peer_counters(Side::A).handshakes_initiated, 1);
+}
+
+#[test]
+fn duplicated_datagrams_are_dropped_as_replays() {
+    const N: u32 = 3000;
+    let params = LinkParams {
+        duplicate: 0.05,
+        ..rough_line()
+    };
+    let mut p = Pair::with_line(params, 3);
+    bring_up(&mut p);
+    stream(&mut p, 0, N, Duration::from_millis(1));
+    for (side, delivered, r, line) in [
+        (Side::B, &p.delivered_b, p.arrivals_b, p.to_b.counters()),
+        (Side::A, &p.delivered_a, p.arrivals_a, p.to_a.counters()),
+    ] {
+        let got = seqs(delivered);
+        assert_eq!(
+            distinct(&got),
+            got.len(),
+            "to {side:?}: delivered count equals unique count"
+        );
+        assert_eq!(got.len() as u64, r.data_with_payload, "to {side:?}: {r:?}");
+        assert!(
+            binomial_ok(got.len() as u64, N as u64, 0.99),
+            "{}",
+            got.len()
+        );
+        assert!(line.duplicated > 0);
+        let c = p.peer_counters(side);
+        assert!(c.replayed > 0, "to {side:?}");
+        // Exactly one of each pair of copies is refused as a replay.
+        assert_eq!(c.replayed, r.duplicate_data, "to {side:?}: {r:?}");
+        assert_eq!(c.auth_failed, 0);
+    }
+}
+
+/// `secs` of traffic both ways, a packet every 100 ms, numbered on from
+/// `seq`.
+fn phase(p: &mut Pair, seq: &mut u32, secs: u32) {
+    stream(p, *seq, secs * 10, Duration::from_millis(100));
+    *seq += secs * 10;
+}
+
+/// Traffic both ways all along; the line is cut for 30 s, then restored:
+/// the tunnel must come back by itself.
+fn cut_and_restore(params: LinkParams, seed: u64) {
+    let mut p = Pair::with_line(params, seed);
+    bring_up(&mut p);
+    let mut seq = 0;
+    phase(&mut p, &mut seq, 10);
+    let before = (p.peer_counters(Side::A), p.peer_counters(Side::B));
+    let handshake_before = p.last_handshake(Side::A).unwrap();
+    let (delivered_a, delivered_b) = (p.delivered_a.len(), p.delivered_b.len());
+
+    p.set_cut(true);
+    phase(&mut p, &mut seq, 30);
+    assert!(p.to_a.counters().dropped_cut > 0 && p.to_b.counters().dropped_cut > 0);
+    let initiated = p.peer_counters(Side::A).handshakes_initiated
+        + p.peer_counters(Side::B).handshakes_initiated
+        - before.0.handshakes_initiated
+        - before.1.handshakes_initiated;
+    assert!(
+        initiated >= 2,
+        "unanswered traffic starts handshakes: {initiated}"
+    );
+    // Nothing crosses a cut line (beyond what was in flight when cut).
+    assert!(p.delivered_a.len() - delivered_a <= 10 && p.delivered_b.len() - delivered_b <= 10);
+
+    p.set_cut(false);
+    let restored_at = seq;
+    phase(&mut p, &mut seq, 30);
+    assert!(
+        p.last_handshake(Side::A).unwrap() > handshake_before,
+        "a new handshake after the cut"
+    );
+    // From 10 s after the restoration on, traffic flows as before.
+    let settled = restored_at + 100;
+    for (side, delivered) in [(Side::B, &p.delivered_b), (Side::A, &p.delivered_a)] {
+        let after = seqs(delivered).iter().filter(|&&n| n >= settled).count() as u64;
+        let sent = (seq - settled) as u64;
+        let loss = p.to_b.params().loss;
+        assert!(
+            binomial_ok(after, sent, 1.0 - loss),
+            "to {side:?}: {after} of {sent} after recovery"
+        );
+        let c = p.peer_counters(side);
+        assert_eq!((c.replayed, c.auth_failed), (0, 0), "to {side:?}: {c:?}");
+    }
+}
+
+#[test]
+fn cut_line_recovers_by_itself() {
+    // On the perfect line (no loss) every packet after recovery arrives.
+    cut_and_restore(
+        LinkParams {
+            delay: LATENCY,
+            ..LinkParams::default()
+        },
+        4,
+    );
+}
+
+#[test]
+fn cut_rough_line_recovers_by_itself() {
+    cut_and_restore(rough_line(), 5);
 }
