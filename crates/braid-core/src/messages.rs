@@ -63,7 +63,7 @@ pub enum Kind {
 }
 
 /// Classifies a datagram; `None` for anything WireGuard would drop unread
-/// (unknown type, nonzero reserved bytes are tolerated as WireGuard does).
+/// (unknown type, or nonzero reserved bytes, which Linux WireGuard rejects too).
 pub fn classify(datagram: &[u8]) -> Option<Kind> {
     let ty = *datagram.first()?;
     if datagram.len() < 4 || datagram[1..4] != [0, 0, 0] {
