@@ -51,10 +51,30 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         seconds: u32,
     },
+    /// Relay UDP through an impaired line (delay, jitter, loss, rate, cuts…);
+    /// see `braid netem --help`.
+    #[command(disable_help_flag = true)]
+    Netem {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Create an unconfigured interface served over the userspace API, as
     /// `wireguard-go NAME` does (what wg-quick runs in userspace mode).
     #[command(external_subcommand)]
     Interface(Vec<String>),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Forwarding rate and delay precision of `braid netem`.
+    #[command(disable_help_flag = true)]
+    Netem {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -73,6 +93,8 @@ fn main() -> ExitCode {
         }
         Command::Pubkey => pubkey(),
         Command::Demo { seconds } => require_root().and_then(|()| braid::demo::run_demo(seconds)),
+        Command::Netem { args } => braid::netem::run(&args),
+        Command::Bench(BenchCommand::Netem { args }) => braid::netem::bench::run(&args),
         Command::Interface(args) => interface(&args),
     };
     match result {
