@@ -26,6 +26,8 @@ struct Slot {
     offset: usize,
     len: usize,
     addr: SocketAddr,
+    /// Which local line (socket) sends it or received it; 0 is the main one.
+    line: u16,
 }
 
 const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
@@ -34,7 +36,20 @@ const EMPTY_SLOT: Slot = Slot {
     offset: 0,
     len: 0,
     addr: UNSPECIFIED,
+    line: 0,
 };
+
+/// Extra destinations a slot's bytes go to (redundant multipath sends the
+/// same datagram on several lines without copying it).
+pub const MAX_EXTRA_COPIES_PER_SLOT: usize = 7;
+
+/// Another destination for the bytes of slot `slot`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy {
+    pub slot: usize,
+    pub line: u16,
+    pub addr: SocketAddr,
+}
 
 /// A reusable batch of packets; see the module documentation.
 pub struct PacketBatch {
@@ -42,6 +57,7 @@ pub struct PacketBatch {
     stride: usize,
     slots: Vec<Slot>,
     len: usize,
+    copies: Vec<Copy>,
 }
 
 impl PacketBatch {
@@ -53,6 +69,7 @@ impl PacketBatch {
             stride,
             slots: vec![EMPTY_SLOT; capacity],
             len: 0,
+            copies: Vec::with_capacity(capacity * MAX_EXTRA_COPIES_PER_SLOT),
         }
     }
 
@@ -80,6 +97,7 @@ impl PacketBatch {
 
     pub fn clear(&mut self) {
         self.len = 0;
+        self.copies.clear();
     }
 
     /// Sets how many slots are in use, e.g. after recvmmsg filled `n` of them.
@@ -114,15 +132,48 @@ impl PacketBatch {
         (&mut self.data[start..start + self.stride], s.offset, s.len)
     }
 
-    /// Declares what slot `i` holds.
+    /// Declares what slot `i` holds (on line 0 unless `set_line` says otherwise).
     pub fn set_packet(&mut self, i: usize, offset: usize, len: usize, addr: SocketAddr) {
         assert!(offset + len <= self.stride);
-        self.slots[i] = Slot { offset, len, addr };
+        self.slots[i] = Slot {
+            offset,
+            len,
+            addr,
+            line: 0,
+        };
+    }
+
+    pub fn line(&self, i: usize) -> u16 {
+        self.slots[i].line
+    }
+
+    pub fn set_line(&mut self, i: usize, line: u16) {
+        self.slots[i].line = line;
+    }
+
+    /// Sends the bytes of slot `i` also to `addr` on `line`. Returns false
+    /// when the batch has no room for more copies (the copy is not sent).
+    pub fn add_copy(&mut self, i: usize, line: u16, addr: SocketAddr) -> bool {
+        if self.copies.len() == self.copies.capacity() {
+            return false;
+        }
+        self.copies.push(Copy {
+            slot: i,
+            line,
+            addr,
+        });
+        true
+    }
+
+    /// Extra destinations, in the order they were added.
+    pub fn copies(&self) -> &[Copy] {
+        &self.copies
     }
 
     /// Marks slot `i` as consumed: it is skipped on output.
     pub fn consume(&mut self, i: usize) {
         self.slots[i].len = 0;
+        self.copies.retain(|c| c.slot != i);
     }
 
     pub fn offset(&self, i: usize) -> usize {

@@ -10,6 +10,9 @@ pub const TYPE_INITIATION: u8 = 1;
 pub const TYPE_RESPONSE: u8 = 2;
 pub const TYPE_COOKIE_REPLY: u8 = 3;
 pub const TYPE_DATA: u8 = 4;
+/// braid's extension messages (probes, hello) between braid peers. Stock
+/// WireGuard drops unknown types unread, so it never sees them.
+pub const TYPE_BRAID: u8 = 0x62;
 
 pub const INITIATION_LEN: usize = 148;
 pub const RESPONSE_LEN: usize = 92;
@@ -60,6 +63,7 @@ pub enum Kind {
     Response,
     CookieReply,
     Data,
+    Braid,
 }
 
 /// Classifies a datagram; `None` for anything WireGuard would drop unread
@@ -74,6 +78,9 @@ pub fn classify(datagram: &[u8]) -> Option<Kind> {
         (TYPE_RESPONSE, RESPONSE_LEN) => Some(Kind::Response),
         (TYPE_COOKIE_REPLY, COOKIE_REPLY_LEN) => Some(Kind::CookieReply),
         (TYPE_DATA, n) if n >= DATA_MIN_LEN => Some(Kind::Data),
+        (TYPE_BRAID, n) if n > DATA_MIN_LEN && n <= DATA_MIN_LEN + crate::ext::MAX_PAYLOAD => {
+            Some(Kind::Braid)
+        }
         _ => None,
     }
 }

@@ -6,11 +6,17 @@
 use crate::consts::*;
 use crate::cookie::CookieState;
 use crate::noise::{InitiatorHandshake, LocalStatic, RemoteStatic, Timestamp};
+use crate::path::{Mode, Path, PathState, LEARNED_PATH_EXPIRY, MAX_PATHS};
 use crate::session::Keypairs;
 use crate::timers::{Timer, TimerTable};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
+
+/// Name of the path made from the plain `Endpoint`.
+pub const ENDPOINT_PATH: &str = "endpoint";
+/// Name of a path learned from traffic.
+pub const LEARNED_PATH: &str = "learned";
 
 /// Index of a peer in the device's peer table.
 pub type PeerId = usize;
@@ -32,11 +38,21 @@ pub struct PeerCounters {
     pub auth_failed: u64,
     pub disallowed_source: u64,
     pub staged_dropped: u64,
+    /// braid extension messages that failed authentication or were replays.
+    pub ext_rejected: u64,
 }
 
 pub struct Peer {
     pub remote: RemoteStatic,
-    pub endpoint: Option<SocketAddr>,
+    /// The lines this peer is reached over; `paths[0]` is the primary
+    /// (the plain `Endpoint`, or the first configured path).
+    pub paths: Vec<Path>,
+    pub mode: Mode,
+    /// The peer answered our braid hello (or sent one): extensions are on.
+    pub speaks_braid: bool,
+    /// Hellos still to send for the current session before concluding the
+    /// peer is stock WireGuard.
+    pub hellos_left: u8,
     pub persistent_keepalive: u16,
     pub cookie: CookieState,
     pub keypairs: Keypairs,
@@ -61,7 +77,10 @@ impl Peer {
     pub fn new(local: &LocalStatic, public: [u8; 32]) -> Self {
         Peer {
             remote: RemoteStatic::new(local, public, [0; 32]),
-            endpoint: None,
+            paths: Vec::new(),
+            mode: Mode::default(),
+            speaks_braid: false,
+            hellos_left: 0,
             persistent_keepalive: 0,
             cookie: CookieState::new(&public),
             keypairs: Keypairs::default(),
@@ -82,6 +101,100 @@ impl Peer {
 
     pub fn public_key(&self) -> [u8; 32] {
         self.remote.public
+    }
+
+    /// What `wg show` calls the endpoint: the first live path's remote
+    /// address, else the primary path's.
+    pub fn endpoint(&self) -> Option<SocketAddr> {
+        self.paths
+            .iter()
+            .find(|p| p.is_up())
+            .or(self.paths.first())
+            .map(|p| p.remote)
+    }
+
+    /// Sets the plain endpoint: the path named "endpoint" on the main line.
+    pub fn set_endpoint(&mut self, remote: SocketAddr) {
+        match self.paths.iter_mut().find(|p| p.name == ENDPOINT_PATH) {
+            Some(p) => p.remote = remote,
+            None => {
+                self.paths
+                    .insert(0, Path::new(ENDPOINT_PATH, 0, remote, true));
+                self.paths.truncate(MAX_PATHS);
+            }
+        }
+    }
+
+    /// Adds a configured path (`Path = NAME bind=… endpoint=…`).
+    pub fn add_path(&mut self, name: &str, line: u16, remote: SocketAddr) -> bool {
+        if self.paths.len() >= MAX_PATHS {
+            return false;
+        }
+        self.paths.push(Path::new(name, line, remote, true));
+        true
+    }
+
+    pub fn find_path(&self, line: u16, remote: SocketAddr) -> Option<usize> {
+        self.paths
+            .iter()
+            .position(|p| p.line == line && p.remote == remote)
+    }
+
+    /// An authenticated datagram arrived from `remote` on `line`: account it
+    /// to its path, learning the path (braid peers) or roaming the primary
+    /// path (stock WireGuard peers, as WireGuard does). Returns the path.
+    pub fn authenticated_rx(
+        &mut self,
+        now: Instant,
+        line: u16,
+        remote: SocketAddr,
+        bytes: usize,
+    ) -> usize {
+        let idx = match self.find_path(line, remote) {
+            Some(i) => i,
+            None if self.speaks_braid || self.paths.is_empty() => {
+                self.learn_path(now, line, remote)
+            }
+            None => {
+                let p = &mut self.paths[0];
+                p.line = line;
+                p.remote = remote;
+                0
+            }
+        };
+        self.paths[idx].on_rx(now, bytes);
+        idx
+    }
+
+    fn learn_path(&mut self, now: Instant, line: u16, remote: SocketAddr) -> usize {
+        if self.paths.len() < MAX_PATHS {
+            self.paths
+                .push(Path::new(LEARNED_PATH, line, remote, false));
+            return self.paths.len() - 1;
+        }
+        // Full: reuse the learned path that has been down longest, else the
+        // primary roams.
+        let victim = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.configured && p.state != PathState::Up)
+            .min_by_key(|(_, p)| p.down_since.unwrap_or(now))
+            .map_or(0, |(i, _)| i);
+        let counters = self.paths[victim].counters;
+        let name = self.paths[victim].name.clone();
+        self.paths[victim] = Path::new(&name, line, remote, self.paths[victim].configured);
+        self.paths[victim].counters = counters;
+        victim
+    }
+
+    /// Forgets learned paths that have been down for long.
+    pub fn expire_learned_paths(&mut self, now: Instant) {
+        self.paths.retain(|p| {
+            p.configured
+                || p.down_since
+                    .is_none_or(|d| now.saturating_duration_since(d) < LEARNED_PATH_EXPIRY)
+        });
     }
 
     /// Queues a packet until a session exists; the oldest is dropped when

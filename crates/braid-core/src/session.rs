@@ -23,6 +23,9 @@ pub struct Keypair {
     /// We started the handshake that made it; only the initiator rekeys on age.
     pub initiator: bool,
     replay: ReplayWindow,
+    /// Extension messages have their own counter and replay window.
+    ext_send_counter: u64,
+    ext_replay: ReplayWindow,
 }
 
 impl Keypair {
@@ -42,6 +45,8 @@ impl Keypair {
             created,
             initiator,
             replay: ReplayWindow::new(),
+            ext_send_counter: 0,
+            ext_replay: ReplayWindow::new(),
         }
     }
 
@@ -106,6 +111,61 @@ impl Keypair {
             return Err(OpenError::Replayed);
         }
         Ok(plain)
+    }
+}
+
+fn ext_nonce(counter: u64) -> ring::aead::Nonce {
+    let mut n = [0u8; 12];
+    n[..4].copy_from_slice(&crate::ext::NONCE_PREFIX);
+    n[4..].copy_from_slice(&counter.to_le_bytes());
+    ring::aead::Nonce::assume_unique_for_key(n)
+}
+
+impl Keypair {
+    /// Seals an extension payload into `out` as a complete `TYPE_BRAID`
+    /// message; returns its length.
+    pub fn seal_ext(&mut self, payload: &[u8], out: &mut [u8]) -> usize {
+        let counter = self.ext_send_counter;
+        self.ext_send_counter += 1;
+        messages::write_header(out, messages::TYPE_BRAID);
+        out[messages::data::RECEIVER..messages::data::RECEIVER + 4]
+            .copy_from_slice(&self.remote_index.to_le_bytes());
+        out[messages::data::COUNTER..messages::data::COUNTER + 8]
+            .copy_from_slice(&counter.to_le_bytes());
+        let end = DATA_HEADER_LEN + payload.len();
+        out[DATA_HEADER_LEN..end].copy_from_slice(payload);
+        let tag = self
+            .send
+            .seal_in_place_separate_tag(
+                ext_nonce(counter),
+                Aad::empty(),
+                &mut out[DATA_HEADER_LEN..end],
+            )
+            .expect("small payload");
+        out[end..end + TAG_LEN].copy_from_slice(tag.as_ref());
+        end + TAG_LEN
+    }
+
+    /// Opens a `TYPE_BRAID` message in place; returns the payload length
+    /// (at `DATA_HEADER_LEN`).
+    pub fn open_ext(&mut self, datagram: &mut [u8]) -> Result<usize, OpenError> {
+        let counter = messages::read_u64(datagram, messages::data::COUNTER);
+        if counter >= REJECT_AFTER_MESSAGES || !self.ext_replay.check(counter) {
+            return Err(OpenError::Replayed);
+        }
+        let n = self
+            .recv
+            .open_in_place(
+                ext_nonce(counter),
+                Aad::empty(),
+                &mut datagram[DATA_HEADER_LEN..],
+            )
+            .map_err(|_| OpenError::Auth)?
+            .len();
+        if !self.ext_replay.update(counter) {
+            return Err(OpenError::Replayed);
+        }
+        Ok(n)
     }
 }
 

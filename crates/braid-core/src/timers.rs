@@ -17,19 +17,23 @@ pub enum Timer {
     ZeroKeyMaterial = 3,
     /// The user asked for a keepalive every N seconds (NAT bindings).
     PersistentKeepalive = 4,
+    /// braid: probe every path (and say hello to a peer not yet known to
+    /// speak braid).
+    Probe = 5,
 }
 
-pub const ALL_TIMERS: [Timer; 5] = [
+pub const ALL_TIMERS: [Timer; 6] = [
     Timer::RetransmitHandshake,
     Timer::SendKeepalive,
     Timer::NewHandshake,
     Timer::ZeroKeyMaterial,
     Timer::PersistentKeepalive,
+    Timer::Probe,
 ];
 
 #[derive(Debug, Default, Clone)]
 pub struct TimerTable {
-    deadlines: [Option<Instant>; 5],
+    deadlines: [Option<Instant>; 6],
 }
 
 impl TimerTable {
@@ -46,7 +50,7 @@ impl TimerTable {
     }
 
     pub fn clear(&mut self) {
-        self.deadlines = [None; 5];
+        self.deadlines = [None; 6];
     }
 
     /// The earliest deadline, if any timer is set.

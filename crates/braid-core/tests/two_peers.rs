@@ -108,6 +108,14 @@ impl Pair {
         )
     }
 
+    /// Both ends behave as stock WireGuard (braid's extensions off).
+    fn stock() -> Pair {
+        let mut p = Pair::new();
+        p.a.set_extensions(false);
+        p.b.set_extensions(false);
+        p
+    }
+
     /// Over a line that does `params` in each direction (seeded apart).
     fn with_line(params: LinkParams, seed: u64) -> Pair {
         params.validate().unwrap();
@@ -543,7 +551,8 @@ fn keepalive_answers_one_way_traffic() {
 
 #[test]
 fn persistent_keepalive_brings_the_tunnel_up_and_ticks() {
-    let mut p = Pair::new();
+    // Between braid peers probes keep NAT bindings alive; stock peers tick.
+    let mut p = Pair::stock();
     let pid = p.a.peer_ids().next().unwrap();
     let now = p.now;
     p.a.set_persistent_keepalive(now, pid, 25);
@@ -561,7 +570,7 @@ fn persistent_keepalive_brings_the_tunnel_up_and_ticks() {
 
 #[test]
 fn roaming_follows_the_new_source_address() {
-    let mut p = Pair::new();
+    let mut p = Pair::stock();
     p.send(Side::A, &payload(1));
     p.run_for(Duration::from_millis(100));
     p.a_src = "198.18.9.9:40000".parse().unwrap();
@@ -920,4 +929,31 @@ fn cut_line_recovers_by_itself() {
 #[test]
 fn cut_rough_line_recovers_by_itself() {
     cut_and_restore(rough_line(), 5);
+}
+
+#[test]
+fn braid_peers_learn_a_new_path_and_the_old_one_goes_down() {
+    let mut p = Pair::new();
+    p.send(Side::A, &payload(1));
+    p.run_for(Duration::from_millis(500));
+    let pid = p.b.peer_ids().next().unwrap();
+    let info = p.b.peer_info(pid).unwrap();
+    assert!(info.speaks_braid, "hello exchanged");
+    assert_eq!(info.paths.len(), 1);
+    assert!(info.paths[0].is_up());
+    assert!(info.paths[0].srtt.is_some(), "probes measured an RTT");
+    // A moves to another address: B learns it as a second path, the old
+    // one dies within a second and the endpoint follows.
+    p.a_src = "198.18.9.9:40000".parse().unwrap();
+    for n in 2..12 {
+        p.send(Side::A, &payload(n));
+        p.run_for(Duration::from_millis(100));
+    }
+    let info = p.b.peer_info(pid).unwrap();
+    assert_eq!(info.paths.len(), 2, "{:?}", info.paths);
+    assert!(!info.paths[0].is_up() && info.paths[1].is_up());
+    assert_eq!(info.endpoint, Some(p.a_src));
+    p.send(Side::B, &payload(99));
+    p.run_for(Duration::from_millis(100));
+    assert_eq!(p.delivered_a.len(), 1, "B answers on the live path");
 }

@@ -131,6 +131,13 @@ impl UdpSocket {
     /// Binds exactly `addr`. An IPv6 address gets a dual-stack socket (for
     /// `[::]` that means IPv4 peers too); an IPv4 one an IPv4-only socket.
     pub fn bind_addr(addr: SocketAddr) -> io::Result<UdpSocket> {
+        Self::bind_on(addr, None)
+    }
+
+    /// Binds `addr` with the socket tied to interface `device`
+    /// (SO_BINDTODEVICE): a line of a multipath tunnel leaves through its
+    /// own interface whatever the routing table prefers.
+    pub fn bind_on(addr: SocketAddr, device: Option<&str>) -> io::Result<UdpSocket> {
         let domain = match addr {
             SocketAddr::V4(_) => libc::AF_INET,
             SocketAddr::V6(_) => libc::AF_INET6,
@@ -150,6 +157,21 @@ impl UdpSocket {
 
         if ipv6 {
             setsockopt_int(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
+        }
+        if let Some(dev) = device {
+            // SAFETY: passes the interface name bytes and their exact length.
+            crate::cvt(unsafe {
+                libc::setsockopt(
+                    raw,
+                    libc::SOL_SOCKET,
+                    libc::SO_BINDTODEVICE,
+                    dev.as_ptr().cast(),
+                    dev.len() as libc::socklen_t,
+                )
+            })
+            .map_err(|e| {
+                io::Error::new(e.kind(), format!("bind UDP socket to interface {dev}: {e}"))
+            })?;
         }
         // Root (CAP_NET_ADMIN) may exceed net.core.{r,w}mem_max; otherwise
         // take what the sysctl allows. Neither failing is fatal.
@@ -281,16 +303,35 @@ impl UdpSocket {
     /// [`dropped`](Self::dropped); only errors that concern the socket
     /// itself are returned.
     pub fn send_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
+        self.send_filtered(batch, None)
+    }
+
+    /// Like [`send_batch`](Self::send_batch), but only the datagrams (and
+    /// extra copies) the batch assigns to local line `line`: each line of a
+    /// multipath tunnel has a socket of its own.
+    pub fn send_batch_on_line(&self, batch: &PacketBatch, line: u16) -> io::Result<usize> {
+        self.send_filtered(batch, Some(line))
+    }
+
+    fn send_filtered(&self, batch: &PacketBatch, line: Option<u16>) -> io::Result<usize> {
         let mut guard = lock(&self.tx);
         let s = &mut *guard;
-        s.reserve(batch.len());
+        s.reserve(batch.len() + batch.copies().len());
         let mut count = 0;
-        for i in 0..batch.len() {
+        let primaries = (0..batch.len())
+            .filter(|&i| line.is_none_or(|l| batch.line(i) == l))
+            .map(|i| (i, batch.addr(i)));
+        let copies = batch
+            .copies()
+            .iter()
+            .filter(|c| line.is_none_or(|l| c.line == l))
+            .map(|c| (c.slot, c.addr));
+        for (i, addr) in primaries.chain(copies) {
             let pkt = batch.packet(i);
             if pkt.is_empty() {
                 continue;
             }
-            let Some(namelen) = encode_addr(batch.addr(i), self.ipv6, &mut s.addrs[count]) else {
+            let Some(namelen) = encode_addr(addr, self.ipv6, &mut s.addrs[count]) else {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
                 continue;
             };

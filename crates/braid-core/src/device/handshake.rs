@@ -27,9 +27,9 @@ impl Device {
         if !retry && !p.may_initiate(now) {
             return;
         }
-        let (Some(endpoint), true) = (p.endpoint, self.local.is_some()) else {
+        if p.paths.is_empty() || self.local.is_none() {
             return;
-        };
+        }
         if let Some(old) = self.peers[pid].as_mut().and_then(|p| p.handshake.take()) {
             self.indices.remove(&old.local_index);
         }
@@ -49,11 +49,27 @@ impl Device {
         p.on_authenticated_traversal(now);
         p.on_authenticated_sent();
         p.on_handshake_initiated(now, jitter);
-        self.queue_control(endpoint, &msg);
+        // On every line at once: the first copy through wins, the others
+        // are dropped by the responder as replays (same timestamp).
+        let dests: Vec<(u16, SocketAddr)> = p
+            .paths
+            .iter()
+            .map(|path| (path.line, path.remote))
+            .collect();
+        for (line, remote) in dests {
+            self.queue_control(line, remote, &msg);
+        }
     }
 
     /// mac1 always; under load mac2 too, else answer with a cookie reply.
-    fn admit(&mut self, now: Instant, msg: &[u8], src: SocketAddr, sender_index: u32) -> Admission {
+    fn admit(
+        &mut self,
+        now: Instant,
+        msg: &[u8],
+        line: u16,
+        src: SocketAddr,
+        sender_index: u32,
+    ) -> Admission {
         let under_load = self.under_load(now);
         let Some(checker) = self.checker.as_mut() else {
             return Admission::Drop;
@@ -68,7 +84,7 @@ impl Device {
                 let checker = self.checker.as_mut().expect("checked above");
                 checker.create_reply(now, msg, src, sender_index, &mut self.rng, &mut reply);
                 self.counters.cookie_replies_sent += 1;
-                self.queue_control(src, &reply);
+                self.queue_control(line, src, &reply);
                 Admission::Drop
             }
             _ => Admission::Proceed,
@@ -78,11 +94,12 @@ impl Device {
     pub(super) fn receive_initiation(
         &mut self,
         now: Instant,
+        line: u16,
         src: SocketAddr,
         msg: &[u8; INITIATION_LEN],
     ) {
         let sender = messages::read_u32(msg, messages::initiation::SENDER);
-        if let Admission::Drop = self.admit(now, msg, src, sender) {
+        if let Admission::Drop = self.admit(now, msg, line, src, sender) {
             return;
         }
         let Some(local) = self.local.as_ref() else {
@@ -129,7 +146,7 @@ impl Device {
             dropped.push(ours.local_index);
         }
         p.keypairs.install(kp, &mut dropped);
-        p.endpoint = Some(src);
+        p.authenticated_rx(now, line, src, msg.len());
         p.counters.handshake_responses_sent += 1;
         p.on_session_derived(now);
         p.on_authenticated_received();
@@ -137,17 +154,18 @@ impl Device {
         p.on_authenticated_sent();
         self.drop_indices(&mut dropped);
         self.scratch_indices = dropped;
-        self.queue_control(src, &response);
+        self.queue_control(line, src, &response);
     }
 
     pub(super) fn receive_response(
         &mut self,
         now: Instant,
+        line: u16,
         src: SocketAddr,
         msg: &[u8; RESPONSE_LEN],
     ) {
         let sender = messages::read_u32(msg, messages::response::SENDER);
-        if let Admission::Drop = self.admit(now, msg, src, sender) {
+        if let Admission::Drop = self.admit(now, msg, line, src, sender) {
             return;
         }
         let receiver = messages::read_u32(msg, messages::response::RECEIVER);
@@ -170,7 +188,7 @@ impl Device {
         let kp = Box::new(Keypair::new(&keys, receiver, sender, now, true));
         let mut dropped = std::mem::take(&mut self.scratch_indices);
         p.keypairs.install(kp, &mut dropped);
-        p.endpoint = Some(src);
+        p.authenticated_rx(now, line, src, msg.len());
         let wall = self.wall_base + now.saturating_duration_since(self.mono_base);
         p.on_handshake_complete(wall);
         p.on_session_derived(now);
@@ -180,6 +198,7 @@ impl Device {
         self.indices.insert(receiver, IndexEntry::Session(pid));
         self.drop_indices(&mut dropped);
         self.scratch_indices = dropped;
+        self.start_probing(now, pid);
         // Confirm the session to the responder at once: with data if some
         // waited for it, else with a keepalive.
         if has_staged {

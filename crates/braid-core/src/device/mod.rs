@@ -13,6 +13,7 @@
 //! randomness comes from a seeded generator so tests are reproducible.
 
 mod handshake;
+mod multipath;
 mod receive;
 mod send;
 
@@ -60,6 +61,7 @@ enum IndexEntry {
 
 /// A small outgoing message (handshake, cookie reply, keepalive).
 struct Control {
+    line: u16,
     dst: SocketAddr,
     len: usize,
     bytes: [u8; INITIATION_LEN],
@@ -71,6 +73,9 @@ pub struct PeerInfo {
     pub public_key: [u8; 32],
     pub preshared_key: [u8; 32],
     pub endpoint: Option<SocketAddr>,
+    pub paths: Vec<crate::path::Path>,
+    pub mode: crate::path::Mode,
+    pub speaks_braid: bool,
     pub persistent_keepalive: u16,
     pub last_handshake: Option<SystemTime>,
     pub allowed_ips: Vec<(IpAddr, u8)>,
@@ -94,6 +99,9 @@ pub struct Device {
     handshake_window: (Instant, u32),
     under_load_until: Option<Instant>,
     scratch_indices: Vec<u32>,
+    /// braid's extensions (hello, probes, multipath); off = behave exactly
+    /// like stock WireGuard.
+    extensions: bool,
     pub counters: DeviceCounters,
 }
 
@@ -118,6 +126,7 @@ impl Device {
             handshake_window: (now, 0),
             under_load_until: None,
             scratch_indices: Vec::new(),
+            extensions: true,
             counters: DeviceCounters::default(),
         }
     }
@@ -147,6 +156,11 @@ impl Device {
 
     pub fn public_key(&self) -> Option<[u8; 32]> {
         self.local.as_ref().map(|l| l.public)
+    }
+
+    /// Turns braid's extensions on (the default) or off.
+    pub fn set_extensions(&mut self, enabled: bool) {
+        self.extensions = enabled;
     }
 
     pub fn set_mtu(&mut self, mtu: usize) {
@@ -233,7 +247,20 @@ impl Device {
 
     pub fn set_endpoint(&mut self, pid: PeerId, endpoint: SocketAddr) {
         if let Some(p) = self.peers[pid].as_mut() {
-            p.endpoint = Some(endpoint);
+            p.set_endpoint(endpoint);
+        }
+    }
+
+    /// Adds a configured path: `remote` reached over local line `line`.
+    pub fn add_path(&mut self, pid: PeerId, name: &str, line: u16, remote: SocketAddr) -> bool {
+        self.peers[pid]
+            .as_mut()
+            .is_some_and(|p| p.add_path(name, line, remote))
+    }
+
+    pub fn set_mode(&mut self, pid: PeerId, mode: crate::path::Mode) {
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.mode = mode;
         }
     }
 
@@ -270,7 +297,10 @@ impl Device {
         Some(PeerInfo {
             public_key: p.public_key(),
             preshared_key: p.remote.preshared,
-            endpoint: p.endpoint,
+            endpoint: p.endpoint(),
+            paths: p.paths.clone(),
+            mode: p.mode,
+            speaks_braid: p.speaks_braid,
             persistent_keepalive: p.persistent_keepalive,
             last_handshake: p.last_handshake,
             allowed_ips: self.allowed.entries_for(pid),
@@ -337,6 +367,7 @@ impl Device {
                     self.send_keepalive(now, pid);
                 }
             }
+            Timer::Probe => self.probe_paths(now, pid),
         }
     }
 
@@ -401,12 +432,13 @@ impl Device {
         noise::tai64n(since.as_secs(), since.subsec_nanos())
     }
 
-    fn queue_control(&mut self, dst: SocketAddr, msg: &[u8]) {
+    fn queue_control(&mut self, line: u16, dst: SocketAddr, msg: &[u8]) {
         if self.control.len() >= MAX_QUEUED_CONTROL {
             self.counters.control_queue_full += 1;
             return;
         }
         let mut c = Control {
+            line,
             dst,
             len: msg.len(),
             bytes: [0; INITIATION_LEN],

@@ -39,27 +39,32 @@ impl Device {
     pub fn decapsulate(&mut self, now: Instant, batch: &mut PacketBatch) {
         for i in 0..batch.len() {
             let src = batch.addr(i);
+            let line = batch.line(i);
             let offset = batch.offset(i);
             let datagram = batch.packet_mut(i);
             let kind = messages::classify(datagram);
             match kind {
-                Some(Kind::Data) => match self.receive_data(now, src, datagram) {
+                Some(Kind::Data) => match self.receive_data(now, line, src, datagram) {
                     Some(len) => batch.set_packet(i, offset + DATA_HEADER_LEN, len, src),
                     None => batch.consume(i),
                 },
                 Some(Kind::Initiation) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
-                    self.receive_initiation(now, src, msg);
+                    self.receive_initiation(now, line, src, msg);
                     batch.consume(i);
                 }
                 Some(Kind::Response) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
-                    self.receive_response(now, src, msg);
+                    self.receive_response(now, line, src, msg);
                     batch.consume(i);
                 }
                 Some(Kind::CookieReply) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
                     self.receive_cookie_reply(now, msg);
+                    batch.consume(i);
+                }
+                Some(Kind::Braid) => {
+                    self.receive_ext(now, line, src, datagram);
                     batch.consume(i);
                 }
                 None => {
@@ -76,6 +81,7 @@ impl Device {
     fn receive_data(
         &mut self,
         now: Instant,
+        line: u16,
         src: SocketAddr,
         datagram: &mut [u8],
     ) -> Option<usize> {
@@ -92,7 +98,13 @@ impl Device {
         let plain_len = match kp.open_in_place(datagram) {
             Ok(n) => n,
             Err(OpenError::Replayed) => {
+                // In redundant mode most of these are the later copy from
+                // the slower line: count it on its path too.
                 p.counters.replayed += 1;
+                if let Some(i) = p.find_path(line, src) {
+                    p.paths[i].counters.rx_packets += 1;
+                    p.paths[i].counters.rx_bytes += datagram.len() as u64;
+                }
                 return None;
             }
             Err(OpenError::Auth) => {
@@ -100,21 +112,13 @@ impl Device {
                 return None;
             }
         };
-        p.endpoint = Some(src);
+        let at = p.authenticated_rx(now, line, src, datagram.len());
+        p.paths[at].counters.first_arrivals += 1;
         p.counters.rx_bytes += datagram.len() as u64;
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
         if slot == SlotName::Next {
-            // First data on the responder's new session: the initiator has
-            // it, so it becomes current and the handshake is complete.
-            let mut dropped = std::mem::take(&mut self.scratch_indices);
-            let wall = self.wall_clock(now);
-            let p = self.peers[pid].as_mut()?;
-            p.keypairs.confirm_next(&mut dropped);
-            p.on_handshake_complete(wall);
-            self.drop_indices(&mut dropped);
-            self.scratch_indices = dropped;
-            self.schedule_flush(pid);
+            self.confirm_session(now, pid);
         }
         self.keep_key_fresh_on_receive(now, pid);
 
@@ -132,6 +136,22 @@ impl Device {
         p.counters.rx_packets += 1;
         p.on_data_received(now);
         Some(len)
+    }
+
+    /// First authenticated message on the responder's new session: the
+    /// initiator has it, so it becomes current and the handshake is complete.
+    pub(super) fn confirm_session(&mut self, now: Instant, pid: PeerId) {
+        let mut dropped = std::mem::take(&mut self.scratch_indices);
+        let wall = self.wall_clock(now);
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        p.keypairs.confirm_next(&mut dropped);
+        p.on_handshake_complete(wall);
+        self.drop_indices(&mut dropped);
+        self.scratch_indices = dropped;
+        self.schedule_flush(pid);
+        self.start_probing(now, pid);
     }
 
     /// The initiator rekeys before its session nears the reject age, even

@@ -1,12 +1,17 @@
 //! The outgoing path: IP packets from the TUN become data messages in place;
 //! packets without a session wait in the peer's staging queue.
 
+use super::multipath::Destinations;
 use super::Device;
 use crate::batch::{PacketBatch, HEADROOM};
 use crate::consts::*;
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
+use crate::path::MAX_PATHS;
 use crate::peer::PeerId;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Instant;
+
+const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 
 /// WireGuard pads plaintext to a multiple of 16, but never beyond the MTU.
 fn padded_len(len: usize, mtu: usize) -> usize {
@@ -43,7 +48,7 @@ impl Device {
             let mtu = self.mtu;
             let p = self.peers[pid].as_mut().expect("routed peer exists");
             let sendable = p.staged.is_empty()
-                && p.endpoint.is_some()
+                && !p.paths.is_empty()
                 && p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
             if !sendable {
                 p.stage(packet);
@@ -51,10 +56,15 @@ impl Device {
                 self.schedule_flush(pid);
                 continue;
             }
-            let endpoint = p.endpoint.expect("checked above");
             let kp = p.keypairs.current.as_mut().expect("checked above");
             let datagram_len = kp.seal_in_place(buf, len, padded_len(len, mtu));
-            batch.set_packet(i, 0, datagram_len, endpoint);
+            let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
+            let n = self.destinations(pid, datagram_len, &mut dests);
+            batch.set_packet(i, 0, datagram_len, dests[0].1);
+            batch.set_line(i, dests[0].0);
+            for &(line, addr) in &dests[1..n] {
+                batch.add_copy(i, line, addr);
+            }
             self.after_data_sent(now, pid, datagram_len);
         }
     }
@@ -102,10 +112,10 @@ impl Device {
             return;
         }
         let usable = p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
-        let (true, Some(endpoint)) = (usable, p.endpoint) else {
+        if !usable || p.paths.is_empty() {
             self.initiate(now, pid, false);
             return;
-        };
+        }
         let kp = p.keypairs.current.as_mut().expect("checked above");
         let mut msg = [0u8; DATA_MIN_LEN];
         let len = kp.seal_in_place(&mut msg, 0, 0);
@@ -113,7 +123,11 @@ impl Device {
         p.counters.tx_bytes += len as u64;
         p.on_authenticated_sent();
         p.on_authenticated_traversal(now);
-        self.queue_control(endpoint, &msg[..len]);
+        let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
+        let n = self.destinations(pid, len, &mut dests);
+        for &(line, addr) in &dests[..n] {
+            self.queue_control(line, addr, &msg[..len]);
+        }
     }
 
     /// Fills `out` with what waits to be sent: control messages first, then
@@ -128,6 +142,7 @@ impl Device {
                 b[..c.len].copy_from_slice(&c.bytes[..c.len]);
                 c.len
             });
+            out.set_line(out.len() - 1, c.line);
         }
         let mtu = self.mtu;
         while let Some(&pid) = self.pending_flush.last() {
@@ -136,13 +151,13 @@ impl Device {
                 continue;
             };
             let usable = p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
-            let (true, Some(endpoint)) = (usable, p.endpoint) else {
+            if !usable || p.paths.is_empty() {
                 // No session yet: the handshake (if any can be sent) brings
                 // us back here when it completes.
                 self.pending_flush.pop();
                 self.initiate(now, pid, false);
                 continue;
-            };
+            }
             while !out.is_full() {
                 let p = self.peers[pid].as_mut().expect("checked above");
                 let Some(packet) = p.staged.pop_front() else {
@@ -150,12 +165,21 @@ impl Device {
                 };
                 let kp = p.keypairs.current.as_mut().expect("checked above");
                 let mut sent = 0;
-                out.push_with(0, endpoint, |b| {
+                out.push_with(0, UNSPECIFIED, |b| {
                     b[DATA_HEADER_LEN..DATA_HEADER_LEN + packet.len()].copy_from_slice(&packet);
                     sent = kp.seal_in_place(b, packet.len(), padded_len(packet.len(), mtu));
                     sent
                 });
                 p.recycle(packet);
+                let slot = out.len() - 1;
+                let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
+                let n = self.destinations(pid, sent, &mut dests);
+                let offset = out.offset(slot);
+                out.set_packet(slot, offset, sent, dests[0].1);
+                out.set_line(slot, dests[0].0);
+                for &(line, addr) in &dests[1..n] {
+                    out.add_copy(slot, line, addr);
+                }
                 self.after_data_sent(now, pid, sent);
             }
             if out.is_full() {

@@ -1,0 +1,215 @@
+//! Several lines per peer: choosing the paths a packet takes, saying hello
+//! to find out whether the peer speaks braid, and probing every path.
+
+use super::{Device, IndexEntry};
+use crate::consts::REJECT_AFTER_TIME;
+use crate::ext::{self, ExtMessage, ProbeBody};
+use crate::messages::{self, DATA_HEADER_LEN, DATA_MIN_LEN};
+use crate::path::{self, MAX_PATHS, PROBE_INTERVAL};
+use crate::peer::PeerId;
+use crate::session::SlotName;
+use crate::timers::Timer;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Hellos sent per session before a peer counts as stock WireGuard.
+const HELLO_ATTEMPTS: u8 = 10;
+
+/// Where one packet goes: (line, remote) per copy.
+pub(super) type Destinations = [(u16, SocketAddr); MAX_PATHS];
+
+impl Device {
+    /// Chooses the paths for the next packet of `pid` (`len` bytes on the
+    /// wire) and counts it on each. A stock WireGuard peer only ever gets
+    /// the primary path.
+    pub(super) fn destinations(
+        &mut self,
+        pid: PeerId,
+        len: usize,
+        out: &mut Destinations,
+    ) -> usize {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return 0;
+        };
+        if p.paths.is_empty() {
+            return 0;
+        }
+        let mut chosen = [0usize; MAX_PATHS];
+        let n = if p.speaks_braid {
+            path::select(p.mode, &mut p.paths, len, &mut chosen)
+        } else {
+            1
+        };
+        for (k, &i) in chosen[..n].iter().enumerate() {
+            let path = &mut p.paths[i];
+            path.on_tx(len);
+            out[k] = (path.line, path.remote);
+        }
+        n
+    }
+
+    fn mono_us(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.mono_base).as_micros() as u64
+    }
+
+    /// A new session exists with `pid`: say hello (again) and probe.
+    pub(super) fn start_probing(&mut self, now: Instant, pid: PeerId) {
+        if !self.extensions {
+            return;
+        }
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.hellos_left = HELLO_ATTEMPTS;
+            p.timers.set(Timer::Probe, now);
+        }
+    }
+
+    /// Seals `msg` with the current session and queues it on (line, remote).
+    fn queue_ext(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        line: u16,
+        remote: SocketAddr,
+        msg: ExtMessage,
+    ) {
+        let Some(kp) = self.peers[pid]
+            .as_mut()
+            .and_then(|p| p.keypairs.current.as_mut())
+        else {
+            return;
+        };
+        if !kp.is_valid(now) {
+            return;
+        }
+        let mut payload = [0u8; ext::MAX_PAYLOAD];
+        let n = msg.encode(&mut payload);
+        let mut out = [0u8; DATA_MIN_LEN + ext::MAX_PAYLOAD];
+        let len = kp.seal_ext(&payload[..n], &mut out);
+        self.queue_control(line, remote, &out[..len]);
+    }
+
+    /// The probe timer: hellos while the peer's braid support is unknown,
+    /// then a probe on every path, and path states brought up to date.
+    pub(super) fn probe_paths(&mut self, now: Instant, pid: PeerId) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        let session_ok = p
+            .keypairs
+            .current
+            .as_ref()
+            .is_some_and(|k| k.age(now) < REJECT_AFTER_TIME);
+        if !session_ok {
+            return; // resumes with the next session
+        }
+        let say_hello = p.hellos_left > 0;
+        p.hellos_left = p.hellos_left.saturating_sub(1);
+        let braid = p.speaks_braid;
+        for i in 0..p.paths.len() {
+            let p = self.peers[pid].as_mut().expect("checked above");
+            let (line, remote) = (p.paths[i].line, p.paths[i].remote);
+            if say_hello {
+                let hello = ExtMessage::Hello {
+                    version: ext::VERSION,
+                    path: i as u8,
+                };
+                self.queue_ext(now, pid, line, remote, hello);
+            }
+            if braid {
+                let p = self.peers[pid].as_mut().expect("checked above");
+                let path = &mut p.paths[i];
+                let seq = path.take_probe_seq();
+                let body = ProbeBody {
+                    path: i as u8,
+                    seq,
+                    sent_us: 0,
+                    rx_probes: path.probes_received,
+                };
+                let body = ProbeBody {
+                    sent_us: self.mono_us(now),
+                    ..body
+                };
+                self.queue_ext(now, pid, line, remote, ExtMessage::Probe(body));
+            }
+        }
+        let p = self.peers[pid].as_mut().expect("checked above");
+        for path in &mut p.paths {
+            path.update_state(now);
+        }
+        p.expire_learned_paths(now);
+        if p.speaks_braid || p.hellos_left > 0 {
+            p.timers.set(Timer::Probe, now + PROBE_INTERVAL);
+        }
+    }
+
+    /// An extension message (`TYPE_BRAID`) from `src` on `line`.
+    pub(super) fn receive_ext(
+        &mut self,
+        now: Instant,
+        line: u16,
+        src: SocketAddr,
+        datagram: &mut [u8],
+    ) {
+        if !self.extensions {
+            // What stock WireGuard does with a message type it doesn't know.
+            self.counters.invalid_datagrams += 1;
+            return;
+        }
+        let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
+        let Some(&IndexEntry::Session(pid)) = self.indices.get(&receiver) else {
+            self.counters.unknown_index += 1;
+            return;
+        };
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        let Some((slot, kp)) = p.keypairs.find_mut(receiver) else {
+            return;
+        };
+        if kp.age(now) >= REJECT_AFTER_TIME {
+            return;
+        }
+        let Ok(n) = kp.open_ext(datagram) else {
+            p.counters.ext_rejected += 1;
+            return;
+        };
+        let Some(msg) = ExtMessage::decode(&datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + n]) else {
+            self.counters.invalid_datagrams += 1;
+            return;
+        };
+        let first_news = !p.speaks_braid;
+        p.speaks_braid = true;
+        let at = p.authenticated_rx(now, line, src, datagram.len());
+        p.on_authenticated_received();
+        p.on_authenticated_traversal(now);
+        if slot == SlotName::Next {
+            self.confirm_session(now, pid);
+        }
+        match msg {
+            ExtMessage::Hello { .. } => {
+                // Answer once per session so the peer learns we speak braid.
+                let p = self.peers[pid].as_mut().expect("checked above");
+                if first_news || p.hellos_left == 0 {
+                    p.hellos_left = p.hellos_left.max(1);
+                }
+            }
+            ExtMessage::Probe(b) => {
+                let p = self.peers[pid].as_mut().expect("checked above");
+                let rx_probes = p.paths[at].on_probe(b.seq);
+                let echo = ProbeBody { rx_probes, ..b };
+                self.queue_ext(now, pid, line, src, ExtMessage::Echo(echo));
+            }
+            ExtMessage::Echo(b) => {
+                let sent = self.mono_base + Duration::from_micros(b.sent_us);
+                let p = self.peers[pid].as_mut().expect("checked above");
+                if let Some(path) = p.paths.get_mut(b.path as usize) {
+                    path.on_echo(now, b.seq, sent, b.rx_probes);
+                }
+            }
+        }
+        let p = self.peers[pid].as_mut().expect("checked above");
+        if !p.timers.is_set(Timer::Probe) {
+            p.timers.set(Timer::Probe, now);
+        }
+    }
+}

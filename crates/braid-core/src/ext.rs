@@ -1,0 +1,125 @@
+//! braid's extension messages, exchanged only between braid peers inside a
+//! WireGuard session: same header as a data message (type `TYPE_BRAID`,
+//! receiver index, counter), sealed with the session's keys but under a
+//! nonce space of their own (a 4-byte prefix where data nonces have zeros),
+//! so they neither collide with nor leave gaps in the data counters that
+//! the reorder window follows.
+//!
+//! Payloads (little-endian), first byte the kind:
+//! - `Hello { path }`: "I speak braid"; sent on every path after a
+//!   handshake, it also tells the responder which paths exist.
+//! - `Probe { path, seq, sent_us, rx_probes }` and `Echo { … }`: RTT, loss
+//!   in both directions, liveness; `path` is the prober's path index,
+//!   `sent_us` its clock, echoed unchanged.
+
+pub const MAX_PAYLOAD: usize = 32;
+/// The nonce prefix that separates extension messages from data messages.
+pub const NONCE_PREFIX: [u8; 4] = *b"brd1";
+pub const VERSION: u8 = 1;
+
+const KIND_HELLO: u8 = 1;
+const KIND_PROBE: u8 = 2;
+const KIND_ECHO: u8 = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtMessage {
+    Hello { version: u8, path: u8 },
+    Probe(ProbeBody),
+    Echo(ProbeBody),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeBody {
+    pub path: u8,
+    pub seq: u32,
+    pub sent_us: u64,
+    /// How many probes the sender of this message has received on this
+    /// path from the other side.
+    pub rx_probes: u32,
+}
+
+const PROBE_LEN: usize = 1 + 1 + 4 + 8 + 4;
+
+impl ExtMessage {
+    /// Writes the payload into `out`; returns its length.
+    pub fn encode(&self, out: &mut [u8; MAX_PAYLOAD]) -> usize {
+        match *self {
+            ExtMessage::Hello { version, path } => {
+                out[..3].copy_from_slice(&[KIND_HELLO, version, path]);
+                3
+            }
+            ExtMessage::Probe(b) | ExtMessage::Echo(b) => {
+                out[0] = if matches!(self, ExtMessage::Probe(_)) {
+                    KIND_PROBE
+                } else {
+                    KIND_ECHO
+                };
+                out[1] = b.path;
+                out[2..6].copy_from_slice(&b.seq.to_le_bytes());
+                out[6..14].copy_from_slice(&b.sent_us.to_le_bytes());
+                out[14..18].copy_from_slice(&b.rx_probes.to_le_bytes());
+                PROBE_LEN
+            }
+        }
+    }
+
+    /// Parses a payload; `None` unless kind and length match exactly.
+    pub fn decode(payload: &[u8]) -> Option<ExtMessage> {
+        match (payload.first()?, payload.len()) {
+            (&KIND_HELLO, 3) => Some(ExtMessage::Hello {
+                version: payload[1],
+                path: payload[2],
+            }),
+            (&kind @ (KIND_PROBE | KIND_ECHO), PROBE_LEN) => {
+                let body = ProbeBody {
+                    path: payload[1],
+                    seq: u32::from_le_bytes(payload[2..6].try_into().ok()?),
+                    sent_us: u64::from_le_bytes(payload[6..14].try_into().ok()?),
+                    rx_probes: u32::from_le_bytes(payload[14..18].try_into().ok()?),
+                };
+                Some(if kind == KIND_PROBE {
+                    ExtMessage::Probe(body)
+                } else {
+                    ExtMessage::Echo(body)
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_strict_lengths() {
+        let msgs = [
+            ExtMessage::Hello {
+                version: 1,
+                path: 3,
+            },
+            ExtMessage::Probe(ProbeBody {
+                path: 1,
+                seq: 7,
+                sent_us: 123_456_789,
+                rx_probes: 5,
+            }),
+            ExtMessage::Echo(ProbeBody {
+                path: 0,
+                seq: u32::MAX,
+                sent_us: u64::MAX,
+                rx_probes: 0,
+            }),
+        ];
+        for m in msgs {
+            let mut buf = [0u8; MAX_PAYLOAD];
+            let n = m.encode(&mut buf);
+            assert_eq!(ExtMessage::decode(&buf[..n]), Some(m));
+            assert_eq!(ExtMessage::decode(&buf[..n - 1]), None);
+            assert_eq!(ExtMessage::decode(&buf[..n + 1]), None);
+        }
+        assert_eq!(ExtMessage::decode(&[]), None);
+        assert_eq!(ExtMessage::decode(&[9, 0, 0]), None);
+    }
+}
