@@ -214,3 +214,48 @@ mod tests {
         assert!(e.contains("ip link set dev braidnonexist0 up"), "{e}");
     }
 }
+
+/// The interface that holds `addr`, if any (for tying a line's socket to
+/// the interface of its source address).
+pub fn interface_with_address(addr: std::net::IpAddr) -> Option<String> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points at a sockaddr whose family says its type.
+        let this = unsafe {
+            match (*ifa.ifa_addr).sa_family as libc::c_int {
+                libc::AF_INET => {
+                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    Some(std::net::IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    Some(std::net::IpAddr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        };
+        if this == Some(addr) {
+            // SAFETY: ifa_name is a NUL-terminated C string in the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: frees the list getifaddrs allocated, once.
+    unsafe { libc::freeifaddrs(head) };
+    found
+}

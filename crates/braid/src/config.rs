@@ -12,11 +12,13 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
+use braid_core::path::{Mode, MAX_PATHS};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -59,6 +61,29 @@ pub struct PeerConfig {
     pub endpoint: Option<Endpoint>,
     /// Seconds; `Some(0)` means explicitly off.
     pub persistent_keepalive: Option<u16>,
+    /// braid: further lines to this peer (`Path = NAME bind=… endpoint=…`).
+    pub paths: Vec<PathConfig>,
+    /// braid: how packets use the paths (`Mode =`, default redundant).
+    pub mode: Mode,
+    /// braid: reorder window ceiling (`ReorderHold =`; 0 turns it off).
+    pub reorder_hold: Option<Duration>,
+    /// braid: reorder window size in packets (`ReorderCapacity =`).
+    pub reorder_capacity: Option<usize>,
+}
+
+/// One `Path =` line: a local line (interface or source address, or the
+/// main socket when absent) and the peer's endpoint over it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathConfig {
+    pub name: String,
+    pub bind: Option<Bind>,
+    pub endpoint: Endpoint,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bind {
+    Interface(String),
+    Address(IpAddr),
 }
 
 /// `host:port` or `[v6]:port`, unresolved: a host name is looked up when the
@@ -267,6 +292,10 @@ struct PeerBuilder {
     allowed_ips: Vec<IpCidr>,
     endpoint: Slot<Endpoint>,
     persistent_keepalive: Slot<u16>,
+    paths: Vec<PathConfig>,
+    mode: Slot<Mode>,
+    reorder_hold: Slot<Duration>,
+    reorder_capacity: Slot<usize>,
 }
 
 enum Section {
@@ -374,6 +403,28 @@ impl PeerBuilder {
                 &mut self.persistent_keepalive,
                 "PersistentKeepalive",
                 parse_keepalive(value),
+                line,
+            ),
+            "path" => {
+                let path = parse_path(value).map_err(|m| key_err("Path", m))?;
+                if self.paths.iter().any(|p| p.name == path.name) {
+                    return Err(key_err("Path", format!("a path named {:?} exists already", path.name)));
+                }
+                if self.paths.len() + 1 >= MAX_PATHS {
+                    return Err(key_err("Path", format!("at most {} paths per peer", MAX_PATHS - 1)));
+                }
+                self.paths.push(path);
+                Ok(())
+            }
+            "mode" => set_once(&mut self.mode, "Mode", parse_mode(value), line),
+            "reorderhold" => set_once(&mut self.reorder_hold, "ReorderHold", parse_hold(value), line),
+            "reordercapacity" => set_once(
+                &mut self.reorder_capacity,
+                "ReorderCapacity",
+                parse_decimal(value)
+                    .and_then(|v| usize::try_from(v).ok())
+                    .filter(|v| (1..=MAX_REORDER_CAPACITY).contains(v))
+                    .ok_or_else(|| format!("invalid capacity {value:?} (expected 1-{MAX_REORDER_CAPACITY} packets)")),
                 line,
             ),
             _ => Err(key_err(raw_key, "unknown key in [Peer] section")),
@@ -523,6 +574,10 @@ impl Parser<'_> {
                 allowed_ips: p.allowed_ips,
                 endpoint: p.endpoint.map(|v| v.0),
                 persistent_keepalive: p.persistent_keepalive.map(|v| v.0),
+                paths: p.paths,
+                mode: p.mode.map_or(Mode::default(), |v| v.0),
+                reorder_hold: p.reorder_hold.map(|v| v.0),
+                reorder_capacity: p.reorder_capacity.map(|v| v.0),
             });
         }
         Ok(Config {
@@ -636,6 +691,111 @@ fn parse_bool(s: &str) -> Result<bool, String> {
     } else {
         Err(format!("invalid value {s:?} (expected true or false)"))
     }
+}
+
+/// Largest `ReorderCapacity` accepted (memory is bounded per peer).
+pub const MAX_REORDER_CAPACITY: usize = 65536;
+/// Largest `ReorderHold` accepted.
+pub const MAX_REORDER_HOLD: Duration = Duration::from_secs(10);
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "redundant" => Ok(Mode::Redundant),
+        "failover" => Ok(Mode::Failover),
+        "aggregate" => Ok(Mode::Aggregate),
+        _ => Err(format!(
+            "unknown mode {s:?} (expected redundant, failover or aggregate)"
+        )),
+    }
+}
+
+/// A duration such as `333ms`, `1s`, `500us` or `0`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 333ms, 1s, 500us)"))?;
+    let scale = match unit {
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "" => return Err(format!("duration {s:?} needs a unit (us, ms or s)")),
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?} (expected us, ms or s)"
+            ))
+        }
+    };
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+fn parse_hold(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > MAX_REORDER_HOLD {
+        return Err(format!(
+            "{s:?} is above the maximum of {}s",
+            MAX_REORDER_HOLD.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
+/// `NAME bind=IFACE|ADDR endpoint=HOST:PORT` (bind is optional).
+fn parse_path(s: &str) -> Result<PathConfig, String> {
+    let mut words = s.split_whitespace();
+    let name = words
+        .next()
+        .ok_or("expected NAME bind=IFACE|ADDR endpoint=HOST:PORT")?;
+    if name.contains('=')
+        || name.len() > 15
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(format!(
+            "invalid path name {name:?} (letters, digits, - and _, at most 15)"
+        ));
+    }
+    let (mut bind, mut endpoint) = (None, None);
+    for word in words {
+        let (k, v) = word
+            .split_once('=')
+            .ok_or_else(|| format!("expected key=value, found {word:?}"))?;
+        match k {
+            "bind" if bind.is_none() => {
+                bind = Some(match v.parse::<IpAddr>() {
+                    Ok(addr) => Bind::Address(addr),
+                    Err(_) if !v.is_empty() && v.len() <= 15 && !v.contains('/') => {
+                        Bind::Interface(v.to_string())
+                    }
+                    Err(_) => {
+                        return Err(format!(
+                            "bind={v:?} is neither an interface name nor an IP address"
+                        ))
+                    }
+                })
+            }
+            "endpoint" if endpoint.is_none() => endpoint = Some(Endpoint::parse(v)?),
+            "bind" | "endpoint" => return Err(format!("{k}= given twice")),
+            _ => {
+                return Err(format!(
+                    "unknown path option {k:?} (expected bind= or endpoint=)"
+                ))
+            }
+        }
+    }
+    let endpoint = endpoint.ok_or_else(|| format!("path {name:?} has no endpoint=HOST:PORT"))?;
+    Ok(PathConfig {
+        name: name.to_string(),
+        bind,
+        endpoint,
+    })
 }
 
 fn parse_keepalive(s: &str) -> Result<u16, String> {

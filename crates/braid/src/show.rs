@@ -103,8 +103,45 @@ pub fn render_text(name: &str, snap: &DeviceSnapshot, now: SystemTime, color: bo
             );
         }
         extra_lines(&mut out, &p, &peer.extra);
+        if !peer.mode.is_empty() && peer.paths.len() > 1 {
+            let _ = writeln!(out, "  {b}braid mode{r}: {}", peer.mode);
+        }
+        for path in &peer.paths {
+            path_line(&mut out, &p, path);
+        }
     }
     out
+}
+
+fn path_line(out: &mut String, p: &Paint, path: &crate::uapi::PathSnapshot) {
+    let (r, b) = (p.c(RESET), p.c(BOLD));
+    let ms = |us: u64| format!("{:.2} ms", us as f64 / 1000.0);
+    let rtt = match (path.rtt_us, path.jitter_us) {
+        (Some(rtt), Some(j)) => format!(", rtt {} ± {}", ms(rtt), ms(j)),
+        _ => String::new(),
+    };
+    let loss = if path.state == "unknown" {
+        String::new()
+    } else {
+        format!(
+            ", loss {:.1}% (out {:.1}%, in {:.1}%)",
+            path.loss * 100.0,
+            path.loss_out * 100.0,
+            path.loss_in * 100.0
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  {b}path {}{r}: {} {}{rtt}{loss}; rx {} pkts ({}), tx {} pkts ({}), first arrivals {}",
+        path.name,
+        path.remote,
+        path.state,
+        path.rx_packets,
+        bytes(p, path.rx_bytes),
+        path.tx_packets,
+        bytes(p, path.tx_bytes),
+        path.first_arrivals
+    );
 }
 
 /// `wg show`'s JSON counterpart: the snapshot without any secret, keys in

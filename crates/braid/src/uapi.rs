@@ -169,7 +169,33 @@ pub struct PeerSnapshot {
     pub allowed_ips: Vec<IpCidr>,
     /// braid's per-peer counters, in display order.
     pub extra: Vec<(String, u64)>,
+    /// braid: `redundant`, `failover` or `aggregate` (empty: not reported).
+    pub mode: String,
+    /// braid: the lines to this peer and what each measured.
+    pub paths: Vec<PathSnapshot>,
 }
+
+/// One line to a peer, as `braid show` reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathSnapshot {
+    pub name: String,
+    pub remote: SocketAddr,
+    /// `up`, `down` or `unknown` (not probed: the peer is stock WireGuard).
+    pub state: String,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub first_arrivals: u64,
+    pub rtt_us: Option<u64>,
+    pub jitter_us: Option<u64>,
+    /// Probe loss, 0..=1: round trip, towards the peer, from the peer.
+    pub loss: f64,
+    pub loss_out: f64,
+    pub loss_in: f64,
+}
+
+impl Eq for PathSnapshot {}
 
 impl PeerSnapshot {
     pub fn new(public_key: PublicKey) -> Self {
@@ -183,6 +209,8 @@ impl PeerSnapshot {
             persistent_keepalive_interval: 0,
             allowed_ips: Vec::new(),
             extra: Vec::new(),
+            mode: String::new(),
+            paths: Vec::new(),
         }
     }
 }
@@ -542,6 +570,10 @@ pub(crate) struct PeerJson {
     persistent_keepalive_interval: u16,
     allowed_ips: Vec<IpCidr>,
     extra: Vec<(String, u64)>,
+    #[serde(default)]
+    mode: String,
+    #[serde(default)]
+    paths: Vec<PathSnapshot>,
 }
 
 /// Single-line JSON of a snapshot, without the private or preshared keys.
@@ -572,6 +604,8 @@ pub(crate) fn json_view(snap: &DeviceSnapshot) -> DeviceJson {
                     persistent_keepalive_interval: p.persistent_keepalive_interval,
                     allowed_ips: p.allowed_ips.clone(),
                     extra: p.extra.clone(),
+                    mode: p.mode.clone(),
+                    paths: p.paths.clone(),
                 }
             })
             .collect(),
@@ -609,6 +643,8 @@ pub fn snapshot_from_json(json: &str) -> Result<DeviceSnapshot, serde_json::Erro
                 persistent_keepalive_interval: p.persistent_keepalive_interval,
                 allowed_ips: p.allowed_ips,
                 extra: p.extra,
+                mode: p.mode,
+                paths: p.paths,
             })
             .collect(),
         extra: dev.extra,

@@ -148,6 +148,31 @@ fn apply_peer(device: &mut Device, update: &PeerUpdate, now: Instant) -> Result<
     Ok(())
 }
 
+fn path_snapshot(path: &braid_core::path::Path) -> crate::uapi::PathSnapshot {
+    use braid_core::path::PathState;
+    let c = path.counters;
+    crate::uapi::PathSnapshot {
+        name: path.name.clone(),
+        remote: path.remote,
+        state: match path.state {
+            PathState::Up => "up",
+            PathState::Down => "down",
+            PathState::Unknown => "unknown",
+        }
+        .to_string(),
+        rx_packets: c.rx_packets,
+        rx_bytes: c.rx_bytes,
+        tx_packets: c.tx_packets,
+        tx_bytes: c.tx_bytes,
+        first_arrivals: c.first_arrivals,
+        rtt_us: path.srtt.map(|d| d.as_micros() as u64),
+        jitter_us: path.srtt.map(|_| path.rttvar.as_micros() as u64),
+        loss: path.loss(),
+        loss_out: path.forward_loss(),
+        loss_in: path.reverse_loss(),
+    }
+}
+
 /// The device as the UAPI reports it; `extra` carries braid's counters.
 pub fn snapshot(
     device: &Device,
@@ -208,7 +233,10 @@ pub fn snapshot(
             ("auth_failed".into(), k.auth_failed),
             ("disallowed_source".into(), k.disallowed_source),
             ("staged_dropped".into(), k.staged_dropped),
+            ("ext_rejected".into(), k.ext_rejected),
         ];
+        p.mode = info.mode.name().to_string();
+        p.paths = info.paths.iter().map(path_snapshot).collect();
         snap.peers.push(p);
     }
     snap

@@ -12,6 +12,7 @@
 
 pub mod background;
 pub mod control;
+pub mod lines;
 pub mod routes;
 
 use crate::config::Config;
@@ -188,6 +189,10 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     if state.fwmark != 0 {
         set_fwmark(&udp, state.fwmark)?;
     }
+    let mut lines = lines::Lines::new(udp);
+    if let Some(cfg) = &req.config {
+        apply_multipath(&mut device, &mut lines, cfg)?;
+    }
     let (requests, path) = control::listen(name, waker.clone())?;
     let mut installed = routes::Installed::default();
     if let Some(cfg) = &req.config {
@@ -206,7 +211,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         device,
         state,
         tun,
-        udp,
+        lines,
         waker,
         requests,
         tun_batch: PacketBatch::new(BATCH, SLOT_BYTES),
@@ -215,6 +220,32 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         routes: installed,
     };
     Ok((daemon, path))
+}
+
+/// braid's per-peer settings that the userspace API does not carry: mode
+/// and extra paths (each on its line).
+fn apply_multipath(
+    device: &mut Device,
+    lines: &mut lines::Lines,
+    cfg: &Config,
+) -> std::io::Result<()> {
+    let line_ids = lines::open_for(lines, cfg)?;
+    for (peer, path_lines) in cfg.peers.iter().zip(line_ids) {
+        let Some(pid) = device.find_peer(peer.public_key.as_bytes()) else {
+            continue;
+        };
+        device.set_mode(pid, peer.mode);
+        for (path, line) in peer.paths.iter().zip(path_lines) {
+            let remote = path.endpoint.resolve().map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("path {}: cannot resolve {}: {e}", path.name, path.endpoint),
+                )
+            })?;
+            device.add_path(pid, &path.name, line, remote);
+        }
+    }
+    Ok(())
 }
 
 fn set_fwmark(udp: &UdpSocket, mark: u32) -> std::io::Result<()> {
@@ -239,7 +270,7 @@ struct Daemon {
     device: Device,
     state: InterfaceState,
     tun: Tun,
-    udp: UdpSocket,
+    lines: lines::Lines,
     waker: Arc<Waker>,
     requests: Receiver<Pending>,
     tun_batch: PacketBatch,
@@ -257,19 +288,24 @@ impl Daemon {
                 .device
                 .poll_timeout()
                 .map_or(next_housekeeping, |t| t.min(next_housekeeping));
-            let fds = [
-                (self.tun.as_raw_fd(), Interest::READABLE),
-                (self.udp.as_raw_fd(), Interest::READABLE),
-                (self.waker.as_raw_fd(), Interest::READABLE),
-            ];
-            let ready = poll::wait(&fds, Some(deadline.saturating_duration_since(now)))?;
+            let mut fds = [(0, Interest::READABLE); poll::MAX_FDS];
+            fds[0] = (self.tun.as_raw_fd(), Interest::READABLE);
+            fds[1] = (self.waker.as_raw_fd(), Interest::READABLE);
+            let n_lines = self.lines.sockets().len().min(poll::MAX_FDS - 2);
+            for (i, s) in self.lines.sockets().iter().take(n_lines).enumerate() {
+                fds[2 + i] = (s.as_raw_fd(), Interest::READABLE);
+            }
+            let fds = &fds[..2 + n_lines];
+            let ready = poll::wait(fds, Some(deadline.saturating_duration_since(now)))?;
             if ready.is_readable(0) {
                 self.on_tun_readable()?;
             }
-            if ready.is_readable(1) {
-                self.on_udp_readable()?;
+            for line in 0..n_lines {
+                if ready.is_readable(2 + line) {
+                    self.on_udp_readable(line)?;
+                }
             }
-            if ready.is_readable(2) {
+            if ready.is_readable(1) {
                 self.waker.drain()?;
                 self.serve_requests();
             }
@@ -300,7 +336,7 @@ impl Daemon {
             }
             let now = Instant::now();
             self.device.encapsulate(now, &mut self.tun_batch);
-            self.udp.send_batch(&self.tun_batch)?;
+            self.lines.send(&self.tun_batch)?;
             self.transmit_pending(now)?;
             if n < BATCH {
                 break;
@@ -309,9 +345,9 @@ impl Daemon {
         Ok(())
     }
 
-    fn on_udp_readable(&mut self) -> std::io::Result<()> {
+    fn on_udp_readable(&mut self, line: usize) -> std::io::Result<()> {
         for _ in 0..8 {
-            let n = self.udp.recv_batch(&mut self.udp_batch)?;
+            let n = self.lines.recv(line, &mut self.udp_batch)?;
             if n == 0 {
                 break;
             }
@@ -332,7 +368,7 @@ impl Daemon {
             self.control_batch.clear();
             let more = self.device.poll_transmit(now, &mut self.control_batch);
             if !self.control_batch.is_empty() {
-                self.udp.send_batch(&self.control_batch)?;
+                self.lines.send(&self.control_batch)?;
             }
             if !more {
                 return Ok(());
@@ -358,7 +394,7 @@ impl Daemon {
     fn snapshot(&self) -> crate::uapi::DeviceSnapshot {
         let io = [
             ("tun_dropped", self.tun.dropped()),
-            ("udp_dropped", self.udp.dropped()),
+            ("udp_dropped", self.lines.dropped()),
         ];
         control::snapshot(&self.device, &self.state, &io)
     }
@@ -374,10 +410,10 @@ impl Daemon {
                 match UdpSocket::bind(port) {
                     Ok(udp) => {
                         self.state.listen_port = udp.local_port();
-                        self.udp = udp;
                         if self.state.fwmark != 0 {
-                            let _ = set_fwmark(&self.udp, self.state.fwmark);
+                            let _ = set_fwmark(&udp, self.state.fwmark);
                         }
+                        self.lines.replace_main(udp);
                     }
                     Err(e) => {
                         log!(self.name, "cannot listen on UDP port {port}: {e}");
@@ -387,7 +423,7 @@ impl Daemon {
             }
         }
         if let Some(mark) = effects.new_fwmark {
-            if set_fwmark(&self.udp, mark).is_err() {
+            if set_fwmark(self.lines.main(), mark).is_err() {
                 return Response::Error(Errno::EINVAL);
             }
             self.state.fwmark = mark;

@@ -1,0 +1,112 @@
+//! The local lines of an interface: line 0 is the main socket (ListenPort,
+//! what stock WireGuard peers talk to); every distinct `bind=` of a `Path`
+//! line gets a socket of its own, tied to its interface so the datagrams
+//! leave through that line whatever the routing table prefers.
+
+use crate::config::{Bind, Config};
+use braid_core::batch::PacketBatch;
+use braid_io::UdpSocket;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+pub struct Lines {
+    sockets: Vec<UdpSocket>,
+    binds: Vec<Option<Bind>>,
+}
+
+impl Lines {
+    pub fn new(main: UdpSocket) -> Lines {
+        Lines {
+            sockets: vec![main],
+            binds: vec![None],
+        }
+    }
+
+    /// The line for `bind` (opened on first use); `None` is the main line.
+    pub fn line_for(&mut self, bind: Option<&Bind>) -> io::Result<u16> {
+        let Some(bind) = bind else { return Ok(0) };
+        if let Some(i) = self.binds.iter().position(|b| b.as_ref() == Some(bind)) {
+            return Ok(i as u16);
+        }
+        let socket = match bind {
+            Bind::Interface(dev) => UdpSocket::bind_on(
+                SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+                Some(dev),
+            )
+            .or_else(|_| {
+                UdpSocket::bind_on(
+                    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0),
+                    Some(dev),
+                )
+            }),
+            Bind::Address(addr) => {
+                let dev = braid_io::netcfg::interface_with_address(*addr);
+                UdpSocket::bind_on(SocketAddr::new(*addr, 0), dev.as_deref())
+            }
+        }
+        .map_err(|e| io::Error::new(e.kind(), format!("line bind={}: {e}", describe(bind))))?;
+        self.sockets.push(socket);
+        self.binds.push(Some(bind.clone()));
+        Ok((self.sockets.len() - 1) as u16)
+    }
+
+    pub fn main(&self) -> &UdpSocket {
+        &self.sockets[0]
+    }
+
+    pub fn replace_main(&mut self, socket: UdpSocket) {
+        self.sockets[0] = socket;
+    }
+
+    pub fn sockets(&self) -> &[UdpSocket] {
+        &self.sockets
+    }
+
+    /// Receives one batch from line `line`, tagging each datagram with it.
+    pub fn recv(&self, line: usize, batch: &mut PacketBatch) -> io::Result<usize> {
+        let n = self.sockets[line].recv_batch(batch)?;
+        if line != 0 {
+            for i in 0..n {
+                batch.set_line(i, line as u16);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Sends a batch, each datagram (and copy) on the line it names.
+    pub fn send(&self, batch: &PacketBatch) -> io::Result<()> {
+        if self.sockets.len() == 1 {
+            self.sockets[0].send_batch(batch)?;
+            return Ok(());
+        }
+        for (line, socket) in self.sockets.iter().enumerate() {
+            socket.send_batch_on_line(batch, line as u16)?;
+        }
+        Ok(())
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.sockets.iter().map(UdpSocket::dropped).sum()
+    }
+}
+
+fn describe(bind: &Bind) -> String {
+    match bind {
+        Bind::Interface(dev) => dev.clone(),
+        Bind::Address(a) => a.to_string(),
+    }
+}
+
+/// Opens the lines a config's `Path =` entries need; returns, per peer and
+/// path, the line index to use.
+pub fn open_for(lines: &mut Lines, cfg: &Config) -> io::Result<Vec<Vec<u16>>> {
+    cfg.peers
+        .iter()
+        .map(|peer| {
+            peer.paths
+                .iter()
+                .map(|p| lines.line_for(p.bind.as_ref()))
+                .collect()
+        })
+        .collect()
+}
