@@ -911,6 +911,20 @@ mod tests {
                 c.interface.table == Table::Id(255) && c.interface.fwmark == Some(51820)
             }),
             ("  [Interface]   # hi\n\tPrivateKey\t=\t{SK}   # trailing\n\n\n", |c| c.peers.is_empty()),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = line1 bind=veth1 endpoint=198.18.1.1:51820\nPath = line2 bind=198.18.2.2 endpoint=198.18.2.1:51820\nPath = line3 endpoint=[2001:db8::1]:1\nMode = Failover\nReorderHold = 333ms\nReorderCapacity = 2048", |c| {
+                let p = &c.peers[0];
+                p.paths.len() == 3
+                    && p.paths[0].bind == Some(Bind::Interface("veth1".into()))
+                    && p.paths[1].bind == Some(Bind::Address("198.18.2.2".parse().unwrap()))
+                    && p.paths[2].bind.is_none()
+                    && p.paths[1].endpoint.to_string() == "198.18.2.1:51820"
+                    && p.mode == Mode::Failover
+                    && p.reorder_hold == Some(Duration::from_millis(333))
+                    && p.reorder_capacity == Some(2048)
+            }),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 0", |c| {
+                c.peers[0].reorder_hold == Some(Duration::ZERO) && c.peers[0].mode == Mode::Redundant
+            }),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nAllowedIPs=\nEndpoint=[2001:db8::1]:51820\nPersistentKeepalive=off", |c| {
                 let p = &c.peers[0];
                 p.allowed_ips.is_empty()
@@ -964,6 +978,17 @@ mod tests {
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nAddress=10.0.0.1", Some(5), Some("Address"), "unknown key in [Peer]"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\n[Peer]\nPublicKey={PEER}", Some(6), Some("PublicKey"), "duplicate peer (same public key as the peer on line 4)"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={OWN}", Some(4), Some("PublicKey"), "own public key"),
+            // braid's multipath keys.
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 bind=eth0", Some(5), Some("Path"), "has no endpoint"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 via=eth0 endpoint=198.18.0.1:1", Some(5), Some("Path"), "unknown path option \"via\""),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 endpoint=198.18.0.1", Some(5), Some("Path"), "endpoint"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 endpoint=198.18.0.1:1\nPath = l1 endpoint=198.18.0.2:1", Some(6), Some("Path"), "exists already"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = bad/name endpoint=198.18.0.1:1", Some(5), Some("Path"), "invalid path name"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMode = striped", Some(5), Some("Mode"), "unknown mode \"striped\""),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 5", Some(5), Some("ReorderHold"), "needs a unit"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 3 weeks", Some(5), Some("ReorderHold"), "unknown unit"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 60s", Some(5), Some("ReorderHold"), "above the maximum"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderCapacity = 0", Some(5), Some("ReorderCapacity"), "expected 1-65536"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=2001:db8::1:51820", Some(5), Some("Endpoint"), "invalid endpoint"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host", Some(5), Some("Endpoint"), "invalid endpoint"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host:99999", Some(5), Some("Endpoint"), "invalid endpoint"),
