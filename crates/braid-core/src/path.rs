@@ -10,14 +10,18 @@ use std::time::{Duration, Instant};
 
 /// Paths per peer (configured and learned together).
 pub const MAX_PATHS: usize = 8;
-/// How often each path is probed.
-pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
-/// A path with nothing authenticated received for this long is down.
-pub const PATH_DEAD_AFTER: Duration = Duration::from_millis(350);
+/// How often each path is probed (20 small datagrams/s each way: the
+/// price of noticing a dead line within a quarter second).
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(50);
+/// A path with nothing authenticated received for this long (plus twice its
+/// measured jitter, so a jittery line is not declared dead) is down.
+pub const PATH_DEAD_AFTER: Duration = Duration::from_millis(200);
+/// Jitter allowance is capped so a broken estimate cannot hide a dead line.
+const MAX_DEAD_AFTER: Duration = Duration::from_secs(1);
 /// A learned path that stayed down this long is forgotten.
 pub const LEARNED_PATH_EXPIRY: Duration = Duration::from_secs(60);
 /// Probe loss is measured over this many most recent probes.
-pub const LOSS_WINDOW: u32 = 100;
+pub const LOSS_WINDOW: u32 = 120;
 
 /// How a peer's packets use its paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -208,9 +212,10 @@ impl Path {
 
     /// Re-evaluates up/down at `now`; returns true when the state changed.
     pub fn update_state(&mut self, now: Instant) -> bool {
+        let dead_after = (PATH_DEAD_AFTER + self.rttvar * 2).min(MAX_DEAD_AFTER);
         let alive = self
             .last_rx
-            .is_some_and(|t| now.saturating_duration_since(t) < PATH_DEAD_AFTER);
+            .is_some_and(|t| now.saturating_duration_since(t) < dead_after);
         let new = if alive {
             PathState::Up
         } else if self.last_rx.is_some() || self.counters.probes_sent > 3 {
