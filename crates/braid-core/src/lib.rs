@@ -13,6 +13,7 @@ pub mod messages;
 pub mod noise;
 pub mod path;
 pub mod peer;
+pub mod reorder;
 pub mod replay;
 pub mod session;
 pub mod timers;

@@ -1,0 +1,947 @@
+//! The receiver reorder window: delivers a peer's packets in counter order.
+//!
+//! Packets reach the window after authentication and the replay check, each
+//! with its 64-bit WireGuard counter (the sequence number: it never wraps)
+//! and the index of the path (line) it came on. The window hands them to
+//! the TUN in counter order, holding a packet while a gap below it may still
+//! be filled by a slower or jittery line. This is the accept window of the
+//! seed's dual-line PPTP patch (DESIGN.md §1, §4), with its counters, but
+//! expiry also runs on a timer and a gap is given up as soon as it is clear
+//! nothing will fill it.
+//!
+//! # Rules
+//!
+//! `next` is the next counter to deliver; the first packet ever seen sets it.
+//! A packet at `next` is delivered (with the run held behind it); above
+//! `next` it is held (**Buffered**); below `next` it is dropped (**Under
+//! Window**: a late copy, or it came after its gap was given up); equal to
+//! a held one it is dropped (**Duplicated**). Copies the caller's replay
+//! check rejected are reported with [`ReorderWindow::note_duplicate`] and
+//! counted the same way. A gap is given up — **Lost** counts each missing
+//! counter, the held run behind it is delivered — when
+//!
+//! 1. it has been known for the effective hold (a gap is known from the
+//!    first arrival above it, so no packet waits longer than the hold);
+//! 2. holding one more packet would exceed `capacity` packets or
+//!    `max_bytes` bytes: the oldest gaps (never past the new packet) are
+//!    given up until it fits;
+//! 3. every live path has delivered a counter above it, each at least
+//!    `SLACK_FACTOR` × that path's own reorder slack ago. Lines are FIFO-ish:
+//!    one that never reorders has slack 0, so a gap that every line has
+//!    passed is lost at once and the added latency is the path skew, not
+//!    the hold. A path's slack is a decaying maximum of how late its own
+//!    packets came: arrival of a late packet minus arrival of the first
+//!    later counter on the same path.
+//!
+//! Paths are `0..MAX_PATHS`; the caller says which are live. Counters from
+//! `note_duplicate` (unauthenticated copies) count as path progress only up
+//! to the highest counter the window has accepted.
+//!
+//! # Hold
+//!
+//! `effective = min(max(skew + 2 × lateness + HOLD_MARGIN, MIN_HOLD), ceiling)`
+//!
+//! * `skew` is set by the caller from its probes: the difference in one-way
+//!   delay between the live paths plus their jitter.
+//! * `lateness` is measured here: a decaying maximum (half-life
+//!   [`LATENESS_HALF_LIFE`]) of how long a gap had been known when a packet
+//!   filled it, or when it arrived after the gap was given up (so a hold
+//!   that is too short learns). It starts at [`INITIAL_LATENESS`] so the
+//!   first loss of a session costs about 20 ms, not the 333 ms ceiling.
+//! * Twice the lateness: the largest lateness seen so far is rarely the
+//!   largest there is. On a 3 ms ± 1 ms line gaps are filled within 2 ms,
+//!   giving a hold of about 5 ms + skew; on 200 ms ± 50 ms within 100 ms,
+//!   giving about 200 ms + skew (capped by the ceiling, 333 ms by default).
+//! * [`MIN_HOLD`] (2 ms) covers timer and scheduling granularity of the I/O
+//!   layer; `HOLD_MARGIN` (1 ms) the same for a lateness near zero.
+//!
+//! A ceiling of zero turns the window off: every packet passes straight
+//! through in arrival order and counts as Accepted.
+//!
+//! # Delivery and memory
+//!
+//! In-order packets take the zero-copy path: when
+//! [`passes_through`](ReorderWindow::passes_through) is true the caller
+//! delivers the packet from its own buffer and reports it with
+//! [`delivered_in_place`](ReorderWindow::delivered_in_place). Anything else
+//! goes to [`insert`](ReorderWindow::insert), which copies it into the
+//! window's slot pool; what becomes deliverable moves to the ready queue,
+//! in order, and the caller drains it with
+//! [`pop_ready`](ReorderWindow::pop_ready) or
+//! [`drain_ready`](ReorderWindow::drain_ready) after every call — at the
+//! latest after every batch. The ready queue comes after every packet
+//! delivered in place before it and before any delivered in place later:
+//! `passes_through` is false while it is not empty.
+//!
+//! Held packets are bounded by `capacity` and `max_bytes` (rule 2); held
+//! and ready ones together by twice that (an insert that would overflow is
+//! refused with [`InsertOutcome::ReadyFull`], which cannot happen to a
+//! caller that drains after every call), so the pool never holds more than
+//! `2 × capacity + 1` slots of `max_packet` bytes.
+//! Slots are allocated on first need and reused: no allocation per packet
+//! after warm-up, and nothing a sender does can grow it further.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Paths (lines) per peer the window tracks; a path index is below this.
+pub const MAX_PATHS: usize = 8;
+
+/// The hold ceiling (`ReorderHold`), the seed's 0.333 s.
+pub const DEFAULT_HOLD_CEILING: Duration = Duration::from_millis(333);
+
+/// Packets held at most (`ReorderCapacity`), the seed's 2048.
+pub const DEFAULT_CAPACITY: usize = 2048;
+
+/// Bytes held at most: 2048 packets of ~2 KiB.
+pub const DEFAULT_MAX_BYTES: usize = 4 << 20;
+
+/// Longest packet the window stores: the default tunnel MTU (a decrypted
+/// packet, padding included, is at most the MTU).
+pub const DEFAULT_MAX_PACKET: usize = crate::consts::DEFAULT_MTU;
+
+/// The effective hold never drops below this (timer granularity).
+pub const MIN_HOLD: Duration = Duration::from_millis(2);
+
+/// Added to `skew + 2 × lateness`.
+pub const HOLD_MARGIN: Duration = Duration::from_millis(1);
+
+/// Lateness assumed before any is measured: with no skew the hold starts at
+/// 2 × 9.5 + 1 = 20 ms.
+pub const INITIAL_LATENESS: Duration = Duration::from_micros(9_500);
+
+/// Half-life of the measured lateness and of each path's slack: long
+/// enough that the estimate holds between reordering bursts, short enough
+/// that it forgets a line that stopped reordering within a minute.
+pub const LATENESS_HALF_LIFE: Duration = Duration::from_secs(5);
+
+/// A path must have passed a gap by this many times its slack before the
+/// gap is declared lost early (the same margin as the hold's 2 × lateness).
+pub const SLACK_FACTOR: u32 = 2;
+
+/// Samples of each path's progress kept to measure its lateness.
+const FRONTIER_LEN: usize = 32;
+
+/// Progress samples are at least this far apart...
+const FRONTIER_MIN_STEP: Duration = Duration::from_micros(100);
+
+/// ...and at most this far, so the 32 samples cover about four times the
+/// slack (a path's slack / 8 apart) and a late packet's lateness is
+/// overestimated by at most one step, never underestimated within that span.
+const FRONTIER_MAX_STEP: Duration = Duration::from_millis(10);
+
+/// Given-up gaps remembered to measure how late their packets came.
+const GIVEN_UP_LEN: usize = 16;
+
+/// Sizes and the hold ceiling of a window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReorderConfig {
+    /// Upper bound of the adaptive hold; zero turns the window off.
+    pub hold_ceiling: Duration,
+    /// Packets held at most (held and ready together: twice this).
+    pub capacity: usize,
+    /// Bytes held at most (held and ready together: twice this).
+    pub max_bytes: usize,
+    /// Longest packet accepted by [`ReorderWindow::insert`]; the size of a
+    /// storage slot.
+    pub max_packet: usize,
+}
+
+impl Default for ReorderConfig {
+    fn default() -> Self {
+        ReorderConfig {
+            hold_ceiling: DEFAULT_HOLD_CEILING,
+            capacity: DEFAULT_CAPACITY,
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_packet: DEFAULT_MAX_PACKET,
+        }
+    }
+}
+
+impl ReorderConfig {
+    /// Checks that the bounds can hold at least one packet; the message
+    /// names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.capacity == 0 {
+            return Err("reorder capacity must be at least 1 packet".into());
+        }
+        if self.capacity > u32::MAX as usize / 2 {
+            return Err(format!(
+                "reorder capacity must be at most {} packets, not {}",
+                u32::MAX / 2,
+                self.capacity
+            ));
+        }
+        if self.max_packet == 0 || self.max_packet > u32::MAX as usize {
+            return Err(format!(
+                "reorder max packet must be between 1 and {} bytes, not {}",
+                u32::MAX,
+                self.max_packet
+            ));
+        }
+        if self.max_bytes < self.max_packet {
+            return Err(format!(
+                "reorder max bytes ({}) must be at least the max packet ({})",
+                self.max_bytes, self.max_packet
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The seed's counters (DESIGN.md §1), all monotonic.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReorderCounters {
+    /// Delivered in order: in place, or released to the ready queue.
+    pub accepted: u64,
+    /// Arrived below the window: a late copy, or after its gap was given up.
+    pub under_window: u64,
+    /// Arrived out of order and was held.
+    pub buffered: u64,
+    /// A copy of a packet being held.
+    pub duplicated: u64,
+    /// Counters given up (one per missing counter; starts at 0).
+    pub lost: u64,
+}
+
+/// What [`ReorderWindow::insert`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// In order: it is in the ready queue, with whatever it released.
+    Ready,
+    /// Held behind a gap.
+    Buffered,
+    /// Below the window; dropped.
+    UnderWindow,
+    /// A copy of a held packet; dropped.
+    Duplicated,
+    /// Longer than `max_packet`; not taken, nothing changed.
+    TooLarge,
+    /// Held and ready packets fill twice the bounds because the caller has
+    /// not drained the ready queue; the packet was not taken (gaps below it
+    /// may have been given up). Drain the queue and insert it again.
+    ReadyFull,
+}
+
+/// A maximum that halves every [`LATENESS_HALF_LIFE`] without new samples.
+#[derive(Debug, Clone, Copy)]
+struct DecayingMax {
+    peak: Duration,
+    /// When `peak` was set; `None`: not decaying yet.
+    at: Option<Instant>,
+}
+
+impl DecayingMax {
+    const fn new(initial: Duration) -> Self {
+        DecayingMax {
+            peak: initial,
+            at: None,
+        }
+    }
+
+    fn value(&self, now: Instant) -> Duration {
+        let Some(at) = self.at else {
+            return self.peak;
+        };
+        let age = now.saturating_duration_since(at);
+        if age.is_zero() || self.peak.is_zero() {
+            return self.peak;
+        }
+        let halvings = age.as_secs_f64() / LATENESS_HALF_LIFE.as_secs_f64();
+        self.peak.mul_f64((-halvings).exp2())
+    }
+
+    fn sample(&mut self, now: Instant, d: Duration) {
+        let current = self.value(now);
+        self.peak = current.max(d);
+        self.at = Some(now);
+    }
+}
+
+/// What the window knows of one path.
+#[derive(Debug, Clone)]
+struct PathState {
+    /// Highest (trusted) counter the path delivered.
+    highest: Option<u64>,
+    /// Set exactly when `highest > next`: a counter above `next` the path
+    /// delivered and when (the first such one, or — after `next` moved past
+    /// that one — the moment `next` moved: never earlier than the truth).
+    pass: Option<(u64, Instant)>,
+    /// How late the path's own packets come (reordering within the line).
+    slack: DecayingMax,
+    /// Progress samples, oldest first: (highest counter reached within the
+    /// step, start of the step). Both columns increase.
+    frontier: VecDeque<(u64, Instant)>,
+}
+
+impl PathState {
+    fn new() -> Self {
+        PathState {
+            highest: None,
+            pass: None,
+            slack: DecayingMax::new(Duration::ZERO),
+            frontier: VecDeque::with_capacity(FRONTIER_LEN),
+        }
+    }
+
+    fn forget_progress(&mut self) {
+        self.highest = None;
+        self.pass = None;
+        self.frontier.clear();
+    }
+
+    /// Records `counter` arriving on this path at `now`: progress, or a
+    /// lateness sample when the path already delivered something later.
+    fn arrive(&mut self, now: Instant, counter: u64) {
+        match self.highest {
+            Some(highest) if counter < highest => {
+                // The first sample above `counter` started at or before the
+                // first later counter arrived: lateness is never
+                // underestimated within the span the samples cover.
+                if let Some(&(_, first_later)) =
+                    self.frontier.iter().find(|&&(top, _)| top > counter)
+                {
+                    self.slack
+                        .sample(now, now.saturating_duration_since(first_later));
+                }
+            }
+            Some(highest) if counter == highest => {}
+            _ => {
+                self.highest = Some(counter);
+                let step = (self.slack.value(now) / 8).clamp(FRONTIER_MIN_STEP, FRONTIER_MAX_STEP);
+                match self.frontier.back_mut() {
+                    Some(last) if now.saturating_duration_since(last.1) < step => last.0 = counter,
+                    _ => {
+                        if self.frontier.len() == FRONTIER_LEN {
+                            self.frontier.pop_front();
+                        }
+                        self.frontier.push_back((counter, now));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stored packet, held or ready.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    counter: u64,
+    /// Held: since when the gap below this packet is known, i.e. the
+    /// earliest arrival among it and every packet held above it. Never
+    /// decreasing along the held run.
+    since: Instant,
+    slot: u32,
+    len: u32,
+}
+
+/// A gap given up, remembered to measure how late its packets come.
+#[derive(Debug, Clone, Copy)]
+struct GivenUp {
+    from: u64,
+    to: u64,
+    since: Instant,
+}
+
+/// Fixed-size packet slots, allocated on first need and reused.
+#[derive(Debug)]
+struct SlotPool {
+    slots: Vec<Box<[u8]>>,
+    free: Vec<u32>,
+    slot_size: usize,
+}
+
+impl SlotPool {
+    fn store(&mut self, packet: &[u8]) -> u32 {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(vec![0; self.slot_size].into_boxed_slice());
+                // At most 2 × capacity + 1 slots, and new() keeps capacity
+                // below u32::MAX / 2.
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.slots[index as usize][..packet.len()].copy_from_slice(packet);
+        index
+    }
+
+    fn release(&mut self, index: u32) {
+        self.free.push(index);
+    }
+
+    fn bytes(&self, entry: &Entry) -> &[u8] {
+        &self.slots[entry.slot as usize][..entry.len as usize]
+    }
+}
+
+/// The reorder window of one peer; see the module documentation.
+#[derive(Debug)]
+pub struct ReorderWindow {
+    cfg: ReorderConfig,
+    /// The next counter to deliver; `None` until the first packet.
+    next: Option<u64>,
+    /// Highest counter delivered or held: the limit of what duplicates may
+    /// tell about path progress.
+    max_seen: Option<u64>,
+    /// The ready queue (`ready_len` entries, all below `next`), then the
+    /// held packets in increasing counter order, all above `next`.
+    entries: VecDeque<Entry>,
+    ready_len: usize,
+    ready_bytes: usize,
+    held_bytes: usize,
+    /// The slot `pop_ready` lent out last; freed at the next call.
+    lent: Option<u32>,
+    pool: SlotPool,
+    paths: [PathState; MAX_PATHS],
+    live: u8,
+    /// Paths whose `pass` is set.
+    passed: u8,
+    skew: Duration,
+    lateness: DecayingMax,
+    given_up: VecDeque<GivenUp>,
+    /// Latest time seen.
+    now: Option<Instant>,
+    counters: ReorderCounters,
+}
+
+impl ReorderWindow {
+    /// An empty window. An invalid `cfg` (see [`ReorderConfig::validate`])
+    /// is made valid: capacity at least 1, `max_bytes` at least
+    /// `max_packet`.
+    pub fn new(cfg: ReorderConfig) -> Self {
+        let mut cfg = cfg;
+        cfg.capacity = cfg.capacity.clamp(1, u32::MAX as usize / 2);
+        cfg.max_packet = cfg.max_packet.min(u32::MAX as usize);
+        cfg.max_bytes = cfg.max_bytes.max(cfg.max_packet);
+        ReorderWindow {
+            next: None,
+            max_seen: None,
+            entries: VecDeque::new(),
+            ready_len: 0,
+            ready_bytes: 0,
+            held_bytes: 0,
+            lent: None,
+            pool: SlotPool {
+                slots: Vec::new(),
+                free: Vec::new(),
+                slot_size: cfg.max_packet,
+            },
+            paths: std::array::from_fn(|_| PathState::new()),
+            live: 0,
+            passed: 0,
+            skew: Duration::ZERO,
+            lateness: DecayingMax::new(INITIAL_LATENESS),
+            given_up: VecDeque::with_capacity(GIVEN_UP_LEN),
+            now: None,
+            counters: ReorderCounters::default(),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> &ReorderConfig {
+        &self.cfg
+    }
+
+    pub fn counters(&self) -> ReorderCounters {
+        self.counters
+    }
+
+    /// Packets held behind gaps.
+    pub fn held_packets(&self) -> usize {
+        self.entries.len() - self.ready_len
+    }
+
+    /// Bytes held behind gaps.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
+    /// Packets waiting in the ready queue.
+    pub fn ready_packets(&self) -> usize {
+        self.ready_len
+    }
+
+    /// Storage slots allocated so far (each `max_packet` bytes).
+    pub fn allocated_slots(&self) -> usize {
+        self.pool.slots.len()
+    }
+
+    /// The next counter to deliver, once a packet was seen.
+    pub fn next_counter(&self) -> Option<u64> {
+        self.next
+    }
+
+    /// The hold as of the latest time the window was given.
+    pub fn effective_hold(&self) -> Duration {
+        match self.now {
+            Some(now) => self.hold_at(now),
+            None => self.hold_from(self.lateness.peak),
+        }
+    }
+
+    /// The measured reorder slack of `path` as of the latest time seen.
+    pub fn path_slack(&self, path: usize) -> Duration {
+        match (self.paths.get(path), self.now) {
+            (Some(p), Some(now)) => p.slack.value(now),
+            _ => Duration::ZERO,
+        }
+    }
+
+    fn is_off(&self) -> bool {
+        self.cfg.hold_ceiling.is_zero()
+    }
+
+    fn hold_from(&self, lateness: Duration) -> Duration {
+        if self.is_off() {
+            return Duration::ZERO;
+        }
+        let wanted = self
+            .skew
+            .saturating_add(lateness.saturating_mul(2))
+            .saturating_add(HOLD_MARGIN);
+        wanted.max(MIN_HOLD).min(self.cfg.hold_ceiling)
+    }
+
+    fn hold_at(&self, now: Instant) -> Duration {
+        self.hold_from(self.lateness.value(now))
+    }
+
+    /// Which paths are up (bit `i` for path `i`). Early loss (rule 3) waits
+    /// for every live path; with none it is off. Call
+    /// [`poll_timeout`](Self::poll_timeout) again afterwards.
+    pub fn set_live_paths(&mut self, mask: u8) {
+        self.live = mask;
+    }
+
+    /// The caller's measure of the delay difference between the live paths
+    /// plus their jitter.
+    pub fn set_path_skew(&mut self, skew: Duration) {
+        self.skew = skew;
+    }
+
+    /// Changes the ceiling (`ReorderHold`); zero turns the window off and
+    /// gives up every gap at once.
+    pub fn set_hold_ceiling(&mut self, ceiling: Duration) {
+        self.reclaim_lent();
+        self.cfg.hold_ceiling = ceiling;
+        if self.is_off() {
+            self.flush();
+        }
+    }
+
+    /// True when the caller may deliver `counter` itself, without a copy,
+    /// and then call [`delivered_in_place`](Self::delivered_in_place):
+    /// nothing is held or ready, and `counter` is the next one (or the
+    /// first, or the window is off).
+    pub fn passes_through(&self, counter: u64) -> bool {
+        self.entries.is_empty()
+            && match self.next {
+                None => true,
+                Some(next) => counter == next || self.is_off(),
+            }
+    }
+
+    /// The caller delivered `counter` from its own buffer, as
+    /// [`passes_through`](Self::passes_through) allowed.
+    pub fn delivered_in_place(&mut self, now: Instant, counter: u64, path: usize) {
+        debug_assert!(self.passes_through(counter), "{counter} does not pass");
+        self.reclaim_lent();
+        let now = self.tick(now);
+        self.counters.accepted += 1;
+        self.max_seen = Some(self.max_seen.map_or(counter, |m| m.max(counter)));
+        if self.is_off() {
+            self.next = Some(self.next.map_or(counter + 1, |n| n.max(counter + 1)));
+            return;
+        }
+        let next = *self.next.get_or_insert(counter);
+        if counter >= next {
+            // Only when misused (counter above next) does this give
+            // anything up; it keeps the invariants either way.
+            self.skip_to(now, counter);
+            if self.next == Some(counter) {
+                self.next = Some(counter + 1);
+                self.release_run();
+                self.after_advance(now);
+            }
+        }
+        self.note_path(now, counter, path);
+        self.expire(now);
+    }
+
+    /// Takes a packet that does not pass through: copies it into the
+    /// window, moves what became deliverable to the ready queue and says
+    /// what happened to it.
+    pub fn insert(
+        &mut self,
+        now: Instant,
+        counter: u64,
+        path: usize,
+        packet: &[u8],
+    ) -> InsertOutcome {
+        self.reclaim_lent();
+        let now = self.tick(now);
+        if packet.len() > self.cfg.max_packet {
+            return InsertOutcome::TooLarge;
+        }
+        if self.is_off() {
+            if !self.has_room(packet.len()) {
+                return InsertOutcome::ReadyFull;
+            }
+            let slot = self.pool.store(packet);
+            self.entries.push_back(Entry {
+                counter,
+                since: now,
+                slot,
+                len: packet.len() as u32,
+            });
+            self.ready_len += 1;
+            self.ready_bytes += packet.len();
+            self.counters.accepted += 1;
+            self.max_seen = Some(self.max_seen.map_or(counter, |m| m.max(counter)));
+            self.next = Some(self.next.map_or(counter + 1, |n| n.max(counter + 1)));
+            return InsertOutcome::Ready;
+        }
+        self.expire(now);
+        let next = *self.next.get_or_insert(counter);
+        let outcome = if counter < next {
+            self.counters.under_window += 1;
+            if let Some(gap) = self
+                .given_up
+                .iter()
+                .find(|g| g.from <= counter && counter < g.to)
+            {
+                let late = now.saturating_duration_since(gap.since);
+                self.lateness.sample(now, late);
+            }
+            InsertOutcome::UnderWindow
+        } else if self.held_position(counter).is_ok() {
+            self.counters.duplicated += 1;
+            InsertOutcome::Duplicated
+        } else {
+            match self.store(now, counter, packet) {
+                Some(outcome) => outcome,
+                None => return InsertOutcome::ReadyFull,
+            }
+        };
+        self.note_path(now, counter, path);
+        self.expire(now);
+        outcome
+    }
+
+    /// Stores a packet at or above `next` that is not held yet; `None` when
+    /// the ready queue has no room.
+    fn store(&mut self, now: Instant, counter: u64, packet: &[u8]) -> Option<InsertOutcome> {
+        let len = packet.len();
+        // Rule 2: give up the oldest gaps below the packet until it fits.
+        while self.next.is_some_and(|n| counter > n)
+            && (self.held_packets() + 1 > self.cfg.capacity
+                || self.held_bytes + len > self.cfg.max_bytes)
+        {
+            let head = self.entries[self.ready_len];
+            self.give_up(now, head.counter.min(counter), head.since);
+        }
+        if !self.has_room(len) {
+            return None;
+        }
+        let slot = self.pool.store(packet);
+        // Not held (checked by the caller) and not below `next` (rule 2
+        // never gives up past `counter`): it has an insertion point.
+        let Err(above) = self.held_position(counter) else {
+            unreachable!("{counter} is already held");
+        };
+        let since = match self.entries.get(above) {
+            Some(e) => {
+                // It fills (part of) a gap known since `e.since`.
+                self.lateness
+                    .sample(now, now.saturating_duration_since(e.since));
+                e.since
+            }
+            None => now,
+        };
+        self.entries.insert(
+            above,
+            Entry {
+                counter,
+                since,
+                slot,
+                len: len as u32,
+            },
+        );
+        self.held_bytes += len;
+        self.max_seen = Some(self.max_seen.map_or(counter, |m| m.max(counter)));
+        if Some(counter) == self.next {
+            self.release_run();
+            self.after_advance(now);
+            Some(InsertOutcome::Ready)
+        } else {
+            self.counters.buffered += 1;
+            Some(InsertOutcome::Buffered)
+        }
+    }
+
+    /// Reports a copy of `counter` that the replay check rejected (it
+    /// arrived on `path`): counted Duplicated when that counter is held,
+    /// Under Window otherwise. It also tells that the path has got this
+    /// far, when the counter is one the window has accepted.
+    pub fn note_duplicate(&mut self, now: Instant, counter: u64, path: usize) {
+        self.reclaim_lent();
+        let now = self.tick(now);
+        if self.held_position(counter).is_ok() {
+            self.counters.duplicated += 1;
+        } else {
+            self.counters.under_window += 1;
+        }
+        if self.is_off() || self.max_seen.is_none_or(|m| counter > m) {
+            return;
+        }
+        self.note_path(now, counter, path);
+        self.expire(now);
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should run next: the
+    /// head gap's deadline, or earlier when it will be lost early.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let now = self.now?;
+        let head = self.entries.get(self.ready_len)?;
+        let deadline = head.since + self.hold_at(now);
+        Some(match self.early_loss_at(now) {
+            Some(early) => deadline.min(early),
+            None => deadline,
+        })
+    }
+
+    /// Gives up the gaps that are due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.reclaim_lent();
+        let now = self.tick(now);
+        self.expire(now);
+    }
+
+    /// The next packet of the ready queue, in order. The slice is valid
+    /// until the next call on the window.
+    pub fn pop_ready(&mut self) -> Option<&[u8]> {
+        self.reclaim_lent();
+        if self.ready_len == 0 {
+            return None;
+        }
+        let entry = self.entries.pop_front()?;
+        self.ready_len -= 1;
+        self.ready_bytes -= entry.len as usize;
+        self.lent = Some(entry.slot);
+        Some(self.pool.bytes(&entry))
+    }
+
+    /// Hands every ready packet to `deliver`, in order; returns how many.
+    pub fn drain_ready(&mut self, mut deliver: impl FnMut(&[u8])) -> usize {
+        self.reclaim_lent();
+        let n = self.ready_len;
+        for entry in self.entries.drain(..n) {
+            deliver(self.pool.bytes(&entry));
+            self.pool.release(entry.slot);
+        }
+        self.ready_len = 0;
+        self.ready_bytes = 0;
+        n
+    }
+
+    /// Starts a new session (counters restart): every gap is given up so
+    /// held packets reach the ready queue, and the session's progress is
+    /// forgotten. Counters and what was learnt about the lines (lateness,
+    /// slack, skew, live paths) are kept.
+    pub fn reset(&mut self) {
+        self.reclaim_lent();
+        self.flush();
+        self.next = None;
+        self.max_seen = None;
+        self.passed = 0;
+        for p in &mut self.paths {
+            p.forget_progress();
+        }
+        self.given_up.clear();
+    }
+
+    // --- internals -------------------------------------------------------
+
+    fn tick(&mut self, now: Instant) -> Instant {
+        let now = self.now.map_or(now, |t| t.max(now));
+        if self.now.is_none() {
+            // The initial estimate starts decaying with the first event.
+            self.lateness.at = Some(now);
+        }
+        self.now = Some(now);
+        now
+    }
+
+    fn reclaim_lent(&mut self) {
+        if let Some(slot) = self.lent.take() {
+            self.pool.release(slot);
+        }
+    }
+
+    /// Whether one more packet of `len` bytes fits in the pool. Held
+    /// packets alone fit in half of it (rule 2), so only an undrained
+    /// ready queue can fill the rest.
+    fn has_room(&self, len: usize) -> bool {
+        self.entries.len() < 2 * self.cfg.capacity
+            && self.held_bytes + self.ready_bytes + len <= 2 * self.cfg.max_bytes
+    }
+
+    /// Where `counter` is (Ok) or would go (Err) among the held entries,
+    /// as an index into `entries`.
+    fn held_position(&self, counter: u64) -> Result<usize, usize> {
+        let (a, b) = self.entries.as_slices();
+        let held_in_a = a.len().saturating_sub(self.ready_len);
+        // Held entries are the tail; search whichever slices hold them.
+        let search = |s: &[Entry]| s.binary_search_by_key(&counter, |e| e.counter);
+        if held_in_a > 0 {
+            let start = self.ready_len;
+            match search(&a[start..]) {
+                Ok(i) => return Ok(start + i),
+                Err(i) if i < held_in_a => return Err(start + i),
+                Err(_) => {}
+            }
+            search(b).map(|i| a.len() + i).map_err(|i| a.len() + i)
+        } else {
+            let start = self.ready_len - a.len();
+            search(&b[start..])
+                .map(|i| self.ready_len + i)
+                .map_err(|i| self.ready_len + i)
+        }
+    }
+
+    /// Gives up every counter missing below `to` (held ones there are
+    /// released), remembering the gap as known since `since`.
+    fn give_up(&mut self, now: Instant, to: u64, since: Instant) {
+        let Some(from) = self.next else { return };
+        if to <= from {
+            return;
+        }
+        if self.given_up.len() == GIVEN_UP_LEN {
+            self.given_up.pop_front();
+        }
+        self.given_up.push_back(GivenUp { from, to, since });
+        self.skip_to(now, to);
+    }
+
+    /// Moves `next` to at least `to`: counters missing below are lost,
+    /// held ones released; then releases the run from there.
+    fn skip_to(&mut self, now: Instant, to: u64) {
+        let Some(mut next) = self.next else { return };
+        while next < to {
+            match self.entries.get(self.ready_len) {
+                Some(e) if e.counter < to => {
+                    self.counters.lost += e.counter - next;
+                    next = e.counter + 1;
+                    self.release_head();
+                }
+                _ => {
+                    self.counters.lost += to - next;
+                    next = to;
+                }
+            }
+        }
+        self.next = Some(next);
+        self.release_run();
+        self.after_advance(now);
+    }
+
+    /// Moves the lowest held entry to the ready queue.
+    fn release_head(&mut self) {
+        let len = self.entries[self.ready_len].len as usize;
+        self.ready_len += 1;
+        self.held_bytes -= len;
+        self.ready_bytes += len;
+        self.counters.accepted += 1;
+    }
+
+    /// Releases the held run starting at `next`.
+    fn release_run(&mut self) {
+        let Some(mut next) = self.next else { return };
+        while self
+            .entries
+            .get(self.ready_len)
+            .is_some_and(|e| e.counter == next)
+        {
+            self.release_head();
+            next += 1;
+        }
+        self.next = Some(next);
+    }
+
+    /// Gives up every gap; everything held becomes ready.
+    fn flush(&mut self) {
+        if let (Some(last), Some(now)) = (self.entries.back(), self.now) {
+            if self.held_packets() > 0 {
+                let (to, since) = (last.counter + 1, self.entries[self.ready_len].since);
+                self.give_up(now, to, since);
+            }
+        }
+    }
+
+    /// Keeps each path's `pass` true to its definition after `next` moved.
+    fn after_advance(&mut self, now: Instant) {
+        let Some(next) = self.next else { return };
+        let mut mask = self.passed;
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let p = &mut self.paths[i];
+            if p.pass.is_some_and(|(c, _)| c > next) {
+                continue;
+            }
+            match p.highest {
+                Some(h) if h > next => p.pass = Some((h, now)),
+                _ => {
+                    p.pass = None;
+                    self.passed &= !(1 << i);
+                }
+            }
+        }
+    }
+
+    /// Path bookkeeping for a trusted `counter` that arrived on `path`.
+    fn note_path(&mut self, now: Instant, counter: u64, path: usize) {
+        let Some(p) = self.paths.get_mut(path) else {
+            return;
+        };
+        p.arrive(now, counter);
+        if p.pass.is_none() && self.next.is_some_and(|n| counter > n) {
+            p.pass = Some((counter, now));
+            self.passed |= 1 << path;
+        }
+    }
+
+    /// When rule 3 gives up the head gap, if every live path has passed it.
+    fn early_loss_at(&self, now: Instant) -> Option<Instant> {
+        if self.live == 0 || self.passed & self.live != self.live {
+            return None;
+        }
+        let mut at: Option<Instant> = None;
+        let mut mask = self.live;
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let p = &self.paths[i];
+            let (_, passed_at) = p.pass?;
+            let due = passed_at + p.slack.value(now) * SLACK_FACTOR;
+            at = Some(at.map_or(due, |a| a.max(due)));
+        }
+        at
+    }
+
+    /// Gives up head gaps while they are due (rules 1 and 3).
+    fn expire(&mut self, now: Instant) {
+        while let Some(head) = self.entries.get(self.ready_len).copied() {
+            let due = head.since + self.hold_at(now) <= now
+                || self.early_loss_at(now).is_some_and(|at| at <= now);
+            if !due {
+                break;
+            }
+            self.give_up(now, head.counter, head.since);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,979 @@
+//! The reorder window tested three ways (as Linux WireGuard tests its
+//! windows): a numbered case table, a property test against a deliberately
+//! naive model, and (in `tests/reorder_sim.rs`) the link simulator.
+
+use super::*;
+use proptest::prelude::*;
+use std::collections::{BTreeMap, VecDeque};
+
+/// An arbitrary origin for virtual time; only offsets from it matter.
+#[allow(clippy::disallowed_methods)]
+fn origin() -> Instant {
+    Instant::now()
+}
+
+fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
+/// A packet that carries its counter in its first 8 bytes.
+fn packet(counter: u64, len: usize) -> Vec<u8> {
+    let mut p = vec![0xa5; len.max(8)];
+    p[..8].copy_from_slice(&counter.to_le_bytes());
+    p
+}
+
+fn counter_of(p: &[u8]) -> u64 {
+    u64::from_le_bytes(p[..8].try_into().unwrap())
+}
+
+/// The caller's side: zero-copy when the window lets it, else insert and
+/// drain, recording what reached the "TUN".
+struct Rx {
+    w: ReorderWindow,
+    t0: Instant,
+    delivered: Vec<u64>,
+}
+
+impl Rx {
+    fn new(cfg: ReorderConfig, live: u8) -> Rx {
+        let mut w = ReorderWindow::new(cfg);
+        w.set_live_paths(live);
+        Rx {
+            w,
+            t0: origin(),
+            delivered: Vec::new(),
+        }
+    }
+
+    fn at(&self, t_us: u64) -> Instant {
+        self.t0 + us(t_us)
+    }
+
+    fn drain(&mut self) {
+        let delivered = &mut self.delivered;
+        self.w.drain_ready(|p| delivered.push(counter_of(p)));
+    }
+
+    /// Returns the insert outcome, or `None` when delivered in place.
+    fn packet(
+        &mut self,
+        t_us: u64,
+        counter: u64,
+        path: usize,
+        len: usize,
+    ) -> Option<InsertOutcome> {
+        let now = self.at(t_us);
+        if self.w.passes_through(counter) {
+            self.w.delivered_in_place(now, counter, path);
+            self.delivered.push(counter);
+            return None;
+        }
+        let outcome = self.w.insert(now, counter, path, &packet(counter, len));
+        self.drain();
+        Some(outcome)
+    }
+
+    fn dup(&mut self, t_us: u64, counter: u64, path: usize) {
+        let now = self.at(t_us);
+        self.w.note_duplicate(now, counter, path);
+        self.drain();
+    }
+
+    fn tick(&mut self, t_us: u64) {
+        let now = self.at(t_us);
+        self.w.handle_timeout(now);
+        self.drain();
+    }
+}
+
+// ----- 1. The numbered case table ------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// A packet (time µs, counter, path) of 64 bytes.
+    P(u64, u64, usize),
+    /// A packet with a length.
+    Pl(u64, u64, usize, usize),
+    /// A copy the replay check rejected (time µs, counter, path).
+    D(u64, u64, usize),
+    /// The timer fires (time µs).
+    T(u64),
+    /// `poll_timeout()` is within [lo, hi] µs (`None` when lo > hi).
+    Poll(u64, u64),
+}
+
+/// Counters after a step: accepted, under window, buffered, duplicated,
+/// lost, then the held packets gauge.
+type After = [u64; 6];
+
+/// One step: the operation, what it delivers (in order), the counters
+/// afterwards.
+type Step = (Op, &'static [u64], After);
+
+fn run_case(number: usize, cfg: ReorderConfig, live: u8, steps: &[Step]) {
+    let mut rx = Rx::new(cfg, live);
+    for (i, &(op, delivered, after)) in steps.iter().enumerate() {
+        let at = format!("case {number} step {}: {op:?}", i + 1);
+        let before = rx.delivered.len();
+        match op {
+            Op::P(t, c, p) => {
+                rx.packet(t, c, p, 64);
+            }
+            Op::Pl(t, c, p, len) => {
+                rx.packet(t, c, p, len);
+            }
+            Op::D(t, c, p) => rx.dup(t, c, p),
+            Op::T(t) => rx.tick(t),
+            Op::Poll(lo, hi) => {
+                let got = rx.w.poll_timeout().map(|d| d - rx.t0);
+                if lo > hi {
+                    assert_eq!(got, None, "{at}");
+                } else {
+                    let got = got.unwrap_or_else(|| panic!("{at}: no timeout"));
+                    assert!(us(lo) <= got && got <= us(hi), "{at}: {got:?}");
+                }
+            }
+        }
+        assert_eq!(&rx.delivered[before..], delivered, "{at}: delivered");
+        let c = rx.w.counters();
+        let got = [
+            c.accepted,
+            c.under_window,
+            c.buffered,
+            c.duplicated,
+            c.lost,
+            rx.w.held_packets() as u64,
+        ];
+        assert_eq!(got, after, "{at}: [acc, under, buf, dup, lost, held]");
+    }
+}
+
+/// Small bounds and a 10 ms ceiling: below the initial 20 ms estimate, so
+/// the hold is exactly 10 ms in these short runs.
+fn table_cfg() -> ReorderConfig {
+    ReorderConfig {
+        hold_ceiling: Duration::from_millis(10),
+        capacity: 8,
+        max_bytes: 8 * 100,
+        max_packet: 100,
+    }
+}
+
+const NO: u64 = 1;
+const NONE: (u64, u64) = (NO, 0);
+const HUGE: u64 = 1 << 40;
+
+#[test]
+fn case_table() {
+    use Op::*;
+    let cfg = table_cfg;
+    let cases: Vec<(ReorderConfig, u8, Vec<Step>)> = vec![
+        // 1: in order, from a first counter that is not zero.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 1000, 0), &[1000], [1, 0, 0, 0, 0, 0]),
+                (P(100, 1001, 0), &[1001], [2, 0, 0, 0, 0, 0]),
+                (P(200, 1002, 1), &[1002], [3, 0, 0, 0, 0, 0]),
+                (P(300, 999, 0), &[], [3, 1, 0, 0, 0, 0]),
+                (P(400, 1003, 0), &[1003], [4, 1, 0, 0, 0, 0]),
+                (Poll(NONE.0, NONE.1), &[], [4, 1, 0, 0, 0, 0]),
+            ],
+        ),
+        // 2: a simple swap.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(100, 2, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (Poll(10_100, 10_100), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, 1, 0), &[1, 2], [3, 0, 1, 0, 0, 0]),
+                (Poll(NONE.0, NONE.1), &[], [3, 0, 1, 0, 0, 0]),
+                (P(300, 3, 0), &[3], [4, 0, 1, 0, 0, 0]),
+            ],
+        ),
+        // 3: a gap of three filled from the top; nothing is lost.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(100, 4, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, 3, 1), &[], [1, 0, 2, 0, 0, 2]),
+                (P(300, 2, 0), &[], [1, 0, 3, 0, 0, 3]),
+                // The gap is still known since the first arrival above it.
+                (Poll(10_100, 10_100), &[], [1, 0, 3, 0, 0, 3]),
+                (P(400, 1, 1), &[1, 2, 3, 4], [5, 0, 3, 0, 0, 0]),
+            ],
+        ),
+        // 4: a gap expires by the timer, its late packet is under window.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, 2, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(2_000, 3, 0), &[], [1, 0, 2, 0, 0, 2]),
+                (Poll(11_000, 11_000), &[], [1, 0, 2, 0, 0, 2]),
+                (T(10_999), &[], [1, 0, 2, 0, 0, 2]),
+                (T(11_000), &[2, 3], [3, 0, 2, 0, 1, 0]),
+                (P(12_000, 1, 0), &[], [3, 1, 2, 0, 1, 0]),
+                (P(12_100, 4, 0), &[4], [4, 1, 2, 0, 1, 0]),
+            ],
+        ),
+        // 5: two gaps expire one after the other, each from its own start.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, 3, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(5_000, 5, 0), &[], [1, 0, 2, 0, 0, 2]),
+                (T(11_000), &[3], [2, 0, 2, 0, 2, 1]),
+                (Poll(15_000, 15_000), &[], [2, 0, 2, 0, 2, 1]),
+                (T(15_000), &[5], [3, 0, 2, 0, 3, 0]),
+            ],
+        ),
+        // 6: a packet below a held one inherits the older gap start; both
+        // gaps expire together (a packet arrival also expires them).
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, 5, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(5_000, 3, 0), &[], [1, 0, 2, 0, 0, 2]),
+                (P(11_000, 6, 0), &[3, 5, 6], [4, 0, 2, 0, 3, 0]),
+            ],
+        ),
+        // 7: capacity (3 held): the oldest gap is given up for a new packet.
+        (
+            ReorderConfig {
+                capacity: 3,
+                ..cfg()
+            },
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(100, 2, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, 3, 0), &[], [1, 0, 2, 0, 0, 2]),
+                (P(300, 4, 0), &[], [1, 0, 3, 0, 0, 3]),
+                (P(400, 6, 0), &[2, 3, 4], [4, 0, 4, 0, 1, 1]),
+                (P(500, 5, 0), &[5, 6], [6, 0, 4, 0, 1, 0]),
+            ],
+        ),
+        // 8: capacity, the new packet inside the head gap: only the part of
+        // the gap below it is given up, and it is delivered.
+        (
+            ReorderConfig {
+                capacity: 2,
+                ..cfg()
+            },
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(100, 5, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, 6, 0), &[], [1, 0, 2, 0, 0, 2]),
+                (P(300, 2, 0), &[2], [2, 0, 2, 0, 1, 2]),
+                (P(400, 3, 0), &[3], [3, 0, 2, 0, 1, 2]),
+                (P(500, 4, 0), &[4, 5, 6], [6, 0, 2, 0, 1, 0]),
+            ],
+        ),
+        // 9: bytes (250, packets of 100): the third held would not fit.
+        (
+            ReorderConfig {
+                max_bytes: 250,
+                ..cfg()
+            },
+            0,
+            vec![
+                (Pl(0, 0, 0, 100), &[0], [1, 0, 0, 0, 0, 0]),
+                (Pl(100, 2, 0, 100), &[], [1, 0, 1, 0, 0, 1]),
+                (Pl(200, 3, 0, 100), &[], [1, 0, 2, 0, 0, 2]),
+                (Pl(300, 5, 0, 100), &[2, 3], [3, 0, 3, 0, 1, 1]),
+                (Pl(400, 6, 0, 50), &[], [3, 0, 4, 0, 1, 2]),
+                (Pl(500, 7, 0, 100), &[], [3, 0, 5, 0, 1, 3]),
+                (Pl(600, 8, 0, 8), &[5, 6, 7, 8], [7, 0, 5, 0, 2, 0]),
+            ],
+        ),
+        // 10: two FIFO paths, both live: a gap is lost as soon as both have
+        // passed it (the second path's copy of 2 tells).
+        (
+            cfg(),
+            0b11,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (D(100, 0, 1), &[], [1, 1, 0, 0, 0, 0]),
+                (P(1_000, 2, 0), &[], [1, 1, 1, 0, 0, 1]),
+                (Poll(11_000, 11_000), &[], [1, 1, 1, 0, 0, 1]),
+                (D(3_000, 2, 1), &[2], [2, 1, 1, 1, 1, 0]),
+                // Counter 3 lost on path 0 but arrives on path 1.
+                (P(4_000, 4, 0), &[], [2, 1, 2, 1, 1, 1]),
+                (P(6_000, 3, 1), &[3, 4], [4, 1, 2, 1, 1, 0]),
+            ],
+        ),
+        // 11: a live path that has not passed the gap keeps it (the timer
+        // gives it up); a path that is not live does not.
+        (
+            cfg(),
+            0b11,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, 2, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (T(10_999), &[], [1, 0, 1, 0, 0, 1]),
+                (T(11_000), &[2], [2, 0, 1, 0, 1, 0]),
+            ],
+        ),
+        (
+            cfg(),
+            0b01,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                // Held (Buffered) and given up at once: the only live
+                // path has passed counter 1.
+                (P(1_000, 2, 0), &[2], [2, 0, 1, 0, 1, 0]),
+                // Path 1 is not live: what it says changes nothing.
+                (P(1_100, 4, 1), &[], [2, 0, 2, 0, 1, 1]),
+                (P(1_200, 5, 0), &[4, 5], [4, 0, 3, 0, 2, 0]),
+            ],
+        ),
+        // 13: a single path that reorders gets slack: after a packet came
+        // 3 ms late, a gap waits 2 × 3 ms after the path passed it.
+        (
+            ReorderConfig {
+                hold_ceiling: Duration::from_millis(50),
+                ..cfg()
+            },
+            0b01,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, 2, 0), &[2], [2, 0, 1, 0, 1, 0]),
+                (P(4_000, 1, 0), &[], [2, 1, 1, 0, 1, 0]),
+                (P(10_000, 4, 0), &[], [2, 1, 2, 0, 1, 1]),
+                (Poll(15_990, 16_000), &[], [2, 1, 2, 0, 1, 1]),
+                (T(15_900), &[], [2, 1, 2, 0, 1, 1]),
+                (P(15_950, 3, 0), &[3, 4], [4, 1, 2, 0, 1, 0]),
+                (P(20_000, 6, 0), &[], [4, 1, 3, 0, 1, 1]),
+                // Counter 3 came 5.95 ms after 4 on the same path: the
+                // slack grew, the next gap waits 2 × 5.95 ms.
+                (T(26_000), &[], [4, 1, 3, 0, 1, 1]),
+                (Poll(31_880, 31_900), &[], [4, 1, 3, 0, 1, 1]),
+                (T(31_900), &[6], [5, 1, 3, 0, 2, 0]),
+            ],
+        ),
+        // 14: duplicates of a held packet vs below the window.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, 2, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(1_100, 2, 1), &[], [1, 0, 1, 1, 0, 1]),
+                (D(1_200, 2, 1), &[], [1, 0, 1, 2, 0, 1]),
+                (D(1_300, 0, 1), &[], [1, 1, 1, 2, 0, 1]),
+                (P(1_400, 0, 1), &[], [1, 2, 1, 2, 0, 1]),
+                (P(1_500, 1, 0), &[1, 2], [3, 2, 1, 2, 0, 0]),
+                (D(1_600, 2, 1), &[], [3, 3, 1, 2, 0, 0]),
+            ],
+        ),
+        // 15: the window off: arrival order, everything Accepted.
+        (
+            ReorderConfig {
+                hold_ceiling: Duration::ZERO,
+                ..cfg()
+            },
+            0b11,
+            vec![
+                (P(0, 5, 0), &[5], [1, 0, 0, 0, 0, 0]),
+                (P(100, 7, 0), &[7], [2, 0, 0, 0, 0, 0]),
+                (P(200, 6, 1), &[6], [3, 0, 0, 0, 0, 0]),
+                (D(300, 6, 0), &[], [3, 1, 0, 0, 0, 0]),
+                (P(400, 3, 0), &[3], [4, 1, 0, 0, 0, 0]),
+                (Poll(NONE.0, NONE.1), &[], [4, 1, 0, 0, 0, 0]),
+            ],
+        ),
+        // 16: a huge jump is held, then given up as one gap.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, HUGE, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (T(11_000), &[HUGE], [2, 0, 1, 0, HUGE - 1, 0]),
+                (
+                    P(11_100, HUGE + 1, 0),
+                    &[HUGE + 1],
+                    [3, 0, 1, 0, HUGE - 1, 0],
+                ),
+                (P(11_200, 5, 0), &[], [3, 1, 1, 0, HUGE - 1, 0]),
+            ],
+        ),
+        // 17: the first packet fixes the start even when lower ones follow.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, 7, 0), &[7], [1, 0, 0, 0, 0, 0]),
+                (P(100, 6, 0), &[], [1, 1, 0, 0, 0, 0]),
+                (P(200, 9, 0), &[], [1, 1, 1, 0, 0, 1]),
+                (P(300, 8, 0), &[8, 9], [3, 1, 1, 0, 0, 0]),
+            ],
+        ),
+    ];
+    for (number, (cfg, live, steps)) in cases.into_iter().enumerate() {
+        run_case(number + 1, cfg, live, &steps);
+    }
+}
+
+#[test]
+fn oversized_packets_are_refused_untouched() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    rx.packet(0, 0, 0, 64);
+    assert_eq!(rx.packet(100, 2, 0, 101), Some(InsertOutcome::TooLarge));
+    assert_eq!(rx.w.counters().buffered, 0);
+    assert_eq!(rx.w.held_packets(), 0);
+    assert_eq!(rx.packet(200, 1, 0, 100), None);
+}
+
+#[test]
+fn an_undrained_ready_queue_refuses_and_recovers() {
+    let mut w = ReorderWindow::new(ReorderConfig {
+        capacity: 2,
+        ..table_cfg()
+    });
+    let t = origin();
+    w.delivered_in_place(t, 0, 0);
+    assert_eq!(w.insert(t, 2, 0, &packet(2, 64)), InsertOutcome::Buffered);
+    assert_eq!(w.insert(t, 1, 0, &packet(1, 64)), InsertOutcome::Ready);
+    assert_eq!(w.ready_packets(), 2);
+    assert!(!w.passes_through(3));
+    // Held and ready together may use twice the capacity.
+    assert_eq!(w.insert(t, 3, 0, &packet(3, 64)), InsertOutcome::Ready);
+    assert_eq!(w.insert(t, 4, 0, &packet(4, 64)), InsertOutcome::Ready);
+    assert_eq!(w.insert(t, 5, 0, &packet(5, 64)), InsertOutcome::ReadyFull);
+    let mut got = Vec::new();
+    while let Some(p) = w.pop_ready() {
+        got.push(counter_of(p));
+    }
+    assert_eq!(got, [1, 2, 3, 4]);
+    assert!(w.passes_through(5));
+    assert_eq!(w.insert(t, 5, 0, &packet(5, 64)), InsertOutcome::Ready);
+    assert_eq!(w.counters().accepted, 6);
+    assert!(w.allocated_slots() <= 2 * 2 + 1);
+}
+
+#[test]
+fn reset_releases_held_packets_and_starts_over() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    rx.packet(0, 10, 0, 64);
+    rx.packet(100, 12, 0, 64);
+    rx.w.reset();
+    rx.drain();
+    assert_eq!(rx.delivered, [10, 12]);
+    assert_eq!(rx.w.counters().lost, 1);
+    assert_eq!(rx.w.next_counter(), None);
+    // A new session starts from its own first counter.
+    assert_eq!(rx.packet(200, 0, 0, 64), None);
+    assert_eq!(rx.delivered, [10, 12, 0]);
+}
+
+#[test]
+fn turning_the_window_off_gives_up_every_gap() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    rx.packet(0, 0, 0, 64);
+    rx.packet(100, 3, 0, 64);
+    rx.packet(200, 5, 0, 64);
+    rx.w.set_hold_ceiling(Duration::ZERO);
+    rx.drain();
+    assert_eq!(rx.delivered, [0, 3, 5]);
+    assert_eq!(rx.w.counters().lost, 3);
+    assert!(rx.w.passes_through(4));
+}
+
+/// Counter pairs every `every`: the even one on time, the odd one below it
+/// `late(i)` later (no early loss: no live paths).
+fn swap_pairs(pairs: u64, every: Duration, late: impl Fn(u64) -> Duration) -> ReorderWindow {
+    let t = origin();
+    let mut events = Vec::new();
+    for i in 1..=pairs {
+        let at = t + every * i as u32;
+        events.push((at, 2 * i));
+        events.push((at + late(i), 2 * i - 1));
+    }
+    events.sort();
+    let mut w = ReorderWindow::new(ReorderConfig::default());
+    w.delivered_in_place(t, 0, 0);
+    for (at, c) in events {
+        if w.passes_through(c) {
+            w.delivered_in_place(at, c, 0);
+        } else {
+            let _ = w.insert(at, c, 0, &packet(c, 64));
+            w.drain_ready(|_| {});
+        }
+    }
+    w
+}
+
+#[test]
+fn hold_adapts_to_lateness_and_skew() {
+    let t = origin();
+    let mut w = ReorderWindow::new(ReorderConfig::default());
+    // Initial estimate: 2 × 9.5 + 1 = 20 ms, not the ceiling.
+    assert_eq!(w.effective_hold(), Duration::from_millis(20));
+    w.set_path_skew(Duration::from_millis(5));
+    assert_eq!(w.effective_hold(), Duration::from_millis(25));
+    w.set_path_skew(Duration::ZERO);
+
+    // A 3 ms ± 1 ms line: gaps filled within 2 ms. After the initial
+    // estimate decays (a minute), the hold is a few ms.
+    let w = swap_pairs(60_000, us(1_000), |i| us(200 + (i * 7919) % 1_800));
+    let hold = w.effective_hold();
+    assert!(
+        hold >= Duration::from_millis(4) && hold <= Duration::from_millis(6),
+        "{hold:?}"
+    );
+    assert_eq!(w.counters().lost, 0);
+
+    // 200 ms ± 50 ms: gaps filled within 100 ms.
+    let w = swap_pairs(2_000, us(50_000), |i| us(5_000 + (i * 7919) % 95_000));
+    let hold = w.effective_hold();
+    assert!(
+        hold >= Duration::from_millis(150) && hold <= Duration::from_millis(202),
+        "{hold:?}"
+    );
+
+    // A clean line forgets: the hold falls to the floor.
+    let mut w = ReorderWindow::new(ReorderConfig::default());
+    w.delivered_in_place(t, 0, 0);
+    w.delivered_in_place(t + Duration::from_secs(120), 1, 0);
+    assert_eq!(w.effective_hold(), MIN_HOLD);
+}
+
+// ----- 2. Property test against a naive model -------------------------------
+
+/// The same rules written the obvious slow way: a map of held packets,
+/// the gap start recomputed as the earliest arrival above it, counters
+/// given up one by one, and early loss as "every live path has a counter
+/// above `next`" — exact for FIFO paths, whose slack stays zero. The hold
+/// is fixed by a ceiling at or below `MIN_HOLD`.
+struct Model {
+    hold: Duration,
+    capacity: usize,
+    max_bytes: usize,
+    max_packet: usize,
+    live: u8,
+    next: Option<u64>,
+    max_seen: Option<u64>,
+    held: BTreeMap<u64, (Instant, usize)>,
+    ready: VecDeque<(u64, usize)>,
+    highest: [Option<u64>; MAX_PATHS],
+    counters: ReorderCounters,
+    delivered: Vec<u64>,
+}
+
+impl Model {
+    fn new(cfg: &ReorderConfig, live: u8) -> Model {
+        Model {
+            hold: cfg.hold_ceiling,
+            capacity: cfg.capacity,
+            max_bytes: cfg.max_bytes,
+            max_packet: cfg.max_packet,
+            live,
+            next: None,
+            max_seen: None,
+            held: BTreeMap::new(),
+            ready: VecDeque::new(),
+            highest: [None; MAX_PATHS],
+            counters: ReorderCounters::default(),
+            delivered: Vec::new(),
+        }
+    }
+
+    fn off(&self) -> bool {
+        self.hold.is_zero()
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.held.values().map(|v| v.1).sum()
+    }
+
+    fn ready_bytes(&self) -> usize {
+        self.ready.iter().map(|r| r.1).sum()
+    }
+
+    fn passes_through(&self, c: u64) -> bool {
+        self.held.is_empty()
+            && self.ready.is_empty()
+            && (self.next.is_none() || self.off() || self.next == Some(c))
+    }
+
+    fn give_up_to(&mut self, to: u64) {
+        let mut n = self.next.unwrap();
+        while n < to {
+            match self.held.remove(&n) {
+                Some((_, len)) => {
+                    self.ready.push_back((n, len));
+                    self.counters.accepted += 1;
+                }
+                None => self.counters.lost += 1,
+            }
+            n += 1;
+        }
+        self.next = Some(n.max(self.next.unwrap()));
+        self.release_run();
+    }
+
+    fn release_run(&mut self) {
+        let mut n = self.next.unwrap();
+        while let Some((_, len)) = self.held.remove(&n) {
+            self.ready.push_back((n, len));
+            self.counters.accepted += 1;
+            n += 1;
+        }
+        self.next = Some(n);
+    }
+
+    fn all_live_passed(&self) -> bool {
+        let next = self.next.unwrap();
+        self.live != 0
+            && (0..MAX_PATHS)
+                .filter(|p| self.live & (1 << p) != 0)
+                .all(|p| self.highest[p].is_some_and(|h| h > next))
+    }
+
+    fn head_since(&self) -> Option<Instant> {
+        self.held.values().map(|v| v.0).min()
+    }
+
+    fn expire(&mut self, now: Instant) {
+        while let Some(&first) = self.held.keys().next() {
+            let since = self.head_since().unwrap();
+            if since + self.hold <= now || self.all_live_passed() {
+                self.give_up_to(first);
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.head_since().map(|s| s + self.hold)
+    }
+
+    fn seen(&mut self, c: u64) {
+        self.max_seen = Some(self.max_seen.map_or(c, |m| m.max(c)));
+    }
+
+    fn path(&mut self, c: u64, p: usize) {
+        self.highest[p] = Some(self.highest[p].map_or(c, |h| h.max(c)));
+    }
+
+    fn in_place(&mut self, now: Instant, c: u64, p: usize) {
+        self.counters.accepted += 1;
+        self.delivered.push(c);
+        self.seen(c);
+        if self.off() {
+            self.next = Some(self.next.map_or(c + 1, |n| n.max(c + 1)));
+            return;
+        }
+        self.next = Some(c + 1);
+        self.path(c, p);
+        self.expire(now);
+    }
+
+    fn insert(&mut self, now: Instant, c: u64, p: usize, len: usize) -> InsertOutcome {
+        if len > self.max_packet {
+            return InsertOutcome::TooLarge;
+        }
+        let ready_full = |m: &Model| {
+            m.ready.len() + m.held.len() + 1 > 2 * m.capacity
+                || m.ready_bytes() + m.held_bytes() + len > 2 * m.max_bytes
+        };
+        if self.off() {
+            if ready_full(self) {
+                return InsertOutcome::ReadyFull;
+            }
+            self.ready.push_back((c, len));
+            self.counters.accepted += 1;
+            self.seen(c);
+            self.next = Some(self.next.map_or(c + 1, |n| n.max(c + 1)));
+            return InsertOutcome::Ready;
+        }
+        self.expire(now);
+        let next = *self.next.get_or_insert(c);
+        let outcome = if c < next {
+            self.counters.under_window += 1;
+            InsertOutcome::UnderWindow
+        } else if self.held.contains_key(&c) {
+            self.counters.duplicated += 1;
+            InsertOutcome::Duplicated
+        } else {
+            while c > self.next.unwrap()
+                && (self.held.len() + 1 > self.capacity || self.held_bytes() + len > self.max_bytes)
+            {
+                let first = *self.held.keys().next().unwrap();
+                self.give_up_to(first.min(c));
+            }
+            if ready_full(self) {
+                return InsertOutcome::ReadyFull;
+            }
+            self.seen(c);
+            if Some(c) == self.next {
+                self.ready.push_back((c, len));
+                self.counters.accepted += 1;
+                self.next = Some(c + 1);
+                self.release_run();
+                InsertOutcome::Ready
+            } else {
+                self.held.insert(c, (now, len));
+                self.counters.buffered += 1;
+                InsertOutcome::Buffered
+            }
+        };
+        self.path(c, p);
+        self.expire(now);
+        outcome
+    }
+
+    fn duplicate(&mut self, now: Instant, c: u64, p: usize) {
+        if self.held.contains_key(&c) {
+            self.counters.duplicated += 1;
+        } else {
+            self.counters.under_window += 1;
+        }
+        if self.off() || self.max_seen.is_none_or(|m| c > m) {
+            return;
+        }
+        self.path(c, p);
+        self.expire(now);
+    }
+
+    fn drain(&mut self) {
+        while let Some((c, _)) = self.ready.pop_front() {
+            self.delivered.push(c);
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum PropOp {
+    /// A packet: time step (µs), counter choice, path, length, and whether
+    /// to deliver in place when the window allows it.
+    Packet(u64, u64, usize, usize, bool),
+    Duplicate(u64, u64, usize),
+    Timeout(u64),
+    Drain,
+}
+
+fn prop_op() -> impl Strategy<Value = PropOp> {
+    prop_oneof![
+        8 => (0..800u64, any::<u64>(), 0..3usize, 8..=130usize, any::<bool>())
+            .prop_map(|(dt, c, p, len, in_place)| PropOp::Packet(dt, c, p, len, in_place)),
+        2 => (0..800u64, any::<u64>(), 0..3usize).prop_map(|(dt, c, p)| PropOp::Duplicate(dt, c, p)),
+        2 => (0..3_000u64).prop_map(PropOp::Timeout),
+        3 => Just(PropOp::Drain),
+    ]
+}
+
+/// Drives the window and the model with the same operations and compares
+/// everything observable after each one. With `fifo`, each path's counters
+/// increase (so path slack stays zero and early loss is exact in the
+/// model); otherwise counters land anywhere near the window.
+fn compare_with_model(
+    ops: &[PropOp],
+    cfg: ReorderConfig,
+    live: u8,
+    fifo: bool,
+) -> Result<(), TestCaseError> {
+    let t0 = origin();
+    let mut now = t0;
+    let mut w = ReorderWindow::new(cfg.clone());
+    w.set_live_paths(live);
+    let mut m = Model::new(&cfg, live);
+    let mut delivered = Vec::new();
+    let mut path_last = [0u64; MAX_PATHS];
+    let mut top = 1_000u64;
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            PropOp::Packet(dt, choice, p, len, in_place) => {
+                now += us(dt);
+                let c = if fifo {
+                    let c = path_last[p].max(1_000) + 1 + choice % 4;
+                    path_last[p] = c;
+                    c
+                } else if choice % 16 == 0 {
+                    top + choice % 300
+                } else {
+                    (top + choice % 24).saturating_sub(12)
+                };
+                top = top.max(c);
+                let model_passes = m.passes_through(c);
+                prop_assert_eq!(
+                    w.passes_through(c),
+                    model_passes,
+                    "op {}: passes_through({})",
+                    i,
+                    c
+                );
+                if model_passes && in_place {
+                    w.delivered_in_place(now, c, p);
+                    delivered.push(c);
+                    m.in_place(now, c, p);
+                } else {
+                    let got = w.insert(now, c, p, &packet(c, len));
+                    let want = m.insert(now, c, p, len);
+                    prop_assert_eq!(got, want, "op {}: insert({})", i, c);
+                }
+            }
+            PropOp::Duplicate(dt, choice, p) => {
+                now += us(dt);
+                let c = if fifo {
+                    let c = path_last[p].max(1_000) + 1 + choice % 4;
+                    path_last[p] = c;
+                    c
+                } else {
+                    (top + choice % 24).saturating_sub(16)
+                };
+                w.note_duplicate(now, c, p);
+                m.duplicate(now, c, p);
+            }
+            PropOp::Timeout(dt) => {
+                now += us(dt);
+                w.handle_timeout(now);
+                m.expire(now);
+            }
+            PropOp::Drain => {
+                w.drain_ready(|p| delivered.push(counter_of(p)));
+                m.drain();
+            }
+        }
+        prop_assert_eq!(&delivered, &m.delivered, "op {}: delivered", i);
+        prop_assert_eq!(w.counters(), m.counters, "op {}: counters", i);
+        prop_assert_eq!(w.held_packets(), m.held.len(), "op {}: held", i);
+        prop_assert_eq!(w.held_bytes(), m.held_bytes(), "op {}: held bytes", i);
+        prop_assert_eq!(w.ready_packets(), m.ready.len(), "op {}: ready", i);
+        prop_assert_eq!(w.next_counter(), m.next, "op {}: next", i);
+        prop_assert_eq!(w.poll_timeout(), m.poll_timeout(), "op {}: poll_timeout", i);
+        prop_assert!(w.held_packets() <= cfg.capacity);
+        prop_assert!(w.held_bytes() <= cfg.max_bytes);
+        prop_assert!(w.allocated_slots() <= 2 * cfg.capacity + 1);
+    }
+    Ok(())
+}
+
+fn model_cfg() -> impl Strategy<Value = ReorderConfig> {
+    (
+        prop_oneof![Just(0u64), Just(300), Just(1_000), Just(2_000)],
+        1..12usize,
+        100..1_000usize,
+    )
+        .prop_map(|(hold_us, capacity, max_bytes)| ReorderConfig {
+            hold_ceiling: us(hold_us),
+            capacity,
+            max_bytes,
+            max_packet: 100,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn matches_naive_model(
+        cfg in model_cfg(),
+        ops in prop::collection::vec(prop_op(), 1..300),
+    ) {
+        compare_with_model(&ops, cfg, 0, false)?;
+    }
+
+    #[test]
+    fn matches_naive_model_with_fifo_paths(
+        cfg in model_cfg(),
+        live in 1..8u8,
+        ops in prop::collection::vec(prop_op(), 1..300),
+    ) {
+        compare_with_model(&ops, cfg, live, true)?;
+    }
+
+    /// With everything adaptive (real ceilings, reordering paths, live
+    /// paths changing), no model: the invariants that must always hold.
+    #[test]
+    fn invariants_with_adaptive_hold(
+        ceiling_ms in prop_oneof![Just(0u64), 1..400u64],
+        capacity in 1..64usize,
+        ops in prop::collection::vec(
+            (prop_op(), any::<u8>(), 0..5_000u64, any::<bool>()), 1..300),
+    ) {
+        let cfg = ReorderConfig {
+            hold_ceiling: Duration::from_millis(ceiling_ms),
+            capacity,
+            max_bytes: capacity * 60 + 100,
+            max_packet: 120,
+        };
+        let off = ceiling_ms == 0;
+        let t0 = origin();
+        let mut now = t0;
+        let mut w = ReorderWindow::new(cfg.clone());
+        let mut delivered: Vec<u64> = Vec::new();
+        let mut first = None;
+        let mut top = 1_000u64;
+        for (op, live, skew_us, change) in ops {
+            if change {
+                w.set_live_paths(live);
+                w.set_path_skew(us(skew_us));
+            }
+            match op {
+                PropOp::Packet(dt, choice, p, len, in_place) => {
+                    now += us(dt);
+                    let c = (top + choice % 40).saturating_sub(20);
+                    top = top.max(c);
+                    first.get_or_insert(c);
+                    if in_place && w.passes_through(c) {
+                        w.delivered_in_place(now, c, p);
+                        delivered.push(c);
+                    } else if w.insert(now, c, p, &packet(c, len.min(120))) == InsertOutcome::ReadyFull {
+                        prop_assert!(w.ready_packets() > 0);
+                    }
+                }
+                PropOp::Duplicate(dt, choice, p) => {
+                    now += us(dt);
+                    w.note_duplicate(now, (top + choice % 24).saturating_sub(16), p);
+                }
+                PropOp::Timeout(dt) => {
+                    now += us(dt);
+                    // The deadline the window asks for always makes progress.
+                    if let Some(at) = w.poll_timeout() {
+                        let before = (w.next_counter(), w.held_packets());
+                        w.handle_timeout(at.max(now));
+                        prop_assert_ne!(before, (w.next_counter(), w.held_packets()));
+                        now = now.max(at);
+                    }
+                }
+                PropOp::Drain => {
+                    w.drain_ready(|p| delivered.push(counter_of(p)));
+                }
+            }
+            prop_assert!(w.held_packets() <= cfg.capacity);
+            prop_assert!(w.held_bytes() <= cfg.max_bytes);
+            prop_assert!(w.allocated_slots() <= 2 * cfg.capacity + 1);
+            prop_assert!(w.effective_hold() <= cfg.hold_ceiling);
+        }
+        w.drain_ready(|p| delivered.push(counter_of(p)));
+        let c = w.counters();
+        prop_assert_eq!(c.accepted, delivered.len() as u64);
+        if !off {
+            // Strictly increasing: in order, and never twice.
+            prop_assert!(delivered.windows(2).all(|d| d[0] < d[1]), "{:?}", delivered);
+            // Every counter from the first to `next` was delivered or lost.
+            if let (Some(first), Some(next)) = (first, w.next_counter()) {
+                prop_assert_eq!(c.accepted + c.lost, next - first);
+            }
+            // Nothing is held beyond the ceiling.
+            w.handle_timeout(now + cfg.hold_ceiling);
+            prop_assert_eq!(w.held_packets(), 0);
+        }
+    }
+}
