@@ -7,6 +7,7 @@ use crate::consts::*;
 use crate::cookie::CookieState;
 use crate::noise::{InitiatorHandshake, LocalStatic, RemoteStatic, Timestamp};
 use crate::path::{Mode, Path, PathState, LEARNED_PATH_EXPIRY, MAX_PATHS};
+use crate::reorder::{ReorderConfig, ReorderWindow};
 use crate::session::Keypairs;
 use crate::timers::{Timer, TimerTable};
 use std::collections::VecDeque;
@@ -53,6 +54,11 @@ pub struct Peer {
     /// Hellos still to send for the current session before concluding the
     /// peer is stock WireGuard.
     pub hellos_left: u8,
+    /// Restores counter order of the current session's packets.
+    pub reorder: ReorderWindow,
+    /// Local index of the session the window follows (counters restart
+    /// with every session).
+    pub reorder_session: Option<u32>,
     pub persistent_keepalive: u16,
     pub cookie: CookieState,
     pub keypairs: Keypairs,
@@ -81,6 +87,8 @@ impl Peer {
             mode: Mode::default(),
             speaks_braid: false,
             hellos_left: 0,
+            reorder: ReorderWindow::new(ReorderConfig::default()),
+            reorder_session: None,
             persistent_keepalive: 0,
             cookie: CookieState::new(&public),
             keypairs: Keypairs::default(),
@@ -186,6 +194,40 @@ impl Peer {
         self.paths[victim] = Path::new(&name, line, remote, self.paths[victim].configured);
         self.paths[victim].counters = counters;
         victim
+    }
+
+    /// Which paths the reorder window should expect packets on: the live
+    /// ones, or all while none is known to be live.
+    pub fn live_path_mask(&self) -> u8 {
+        let up = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_up())
+            .fold(0u8, |m, (i, _)| m | (1 << i));
+        if up != 0 {
+            up
+        } else {
+            ((1u16 << self.paths.len().min(MAX_PATHS)) - 1) as u8
+        }
+    }
+
+    /// The delay difference between the live paths plus their jitter: how
+    /// long a gap may wait for the slower line.
+    pub fn path_skew(&self) -> std::time::Duration {
+        let live = self.paths.iter().filter(|p| p.is_up() && p.srtt.is_some());
+        let (mut lo, mut hi, mut jitter) = (
+            None::<std::time::Duration>,
+            std::time::Duration::ZERO,
+            std::time::Duration::ZERO,
+        );
+        for p in live {
+            let d = p.one_way_delay().expect("filtered");
+            lo = Some(lo.map_or(d, |l| l.min(d)));
+            hi = hi.max(d);
+            jitter = jitter.max(p.rttvar);
+        }
+        lo.map_or(std::time::Duration::ZERO, |l| hi - l + jitter)
     }
 
     /// Forgets learned paths that have been down for long.

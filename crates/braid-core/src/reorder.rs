@@ -84,8 +84,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Paths (lines) per peer the window tracks; a path index is below this.
-pub const MAX_PATHS: usize = 8;
+/// Paths per peer: the window tracks progress per path.
+pub use crate::path::MAX_PATHS;
 
 /// The hold ceiling (`ReorderHold`), the seed's 0.333 s.
 pub const DEFAULT_HOLD_CEILING: Duration = Duration::from_millis(333);

@@ -113,11 +113,7 @@ impl Net {
             }
             // B has one socket; which A line a datagram takes follows its
             // destination address.
-            let line = if from_a {
-                line
-            } else {
-                (addr.port() - 40000) as u16
-            };
+            let line = if from_a { line } else { addr.port() - 40000 };
             assert!(line == 1 || line == 2, "datagram on line {line} to {addr}");
             if from_a {
                 self.sent_on_line_to_b[line as usize] += 1;
@@ -200,16 +196,41 @@ impl Net {
         } else {
             self.a.decapsulate(now, &mut batch)
         }
-        let p = batch.packet(0);
+        let p = batch.packet(0).to_vec();
+        self.record(f.to_b, &p);
+        self.drain_tun(f.to_b);
+        self.flush(!f.to_b);
+    }
+
+    fn record(&mut self, at_b: bool, p: &[u8]) {
         if p.len() >= 24 {
             let seq = u32::from_be_bytes(p[20..24].try_into().unwrap());
-            if f.to_b {
+            if at_b {
                 self.got_b.push(seq)
             } else {
                 self.got_a.push(seq)
             }
         }
-        self.flush(!f.to_b);
+    }
+
+    /// What the reorder windows released goes to the TUN after the batch.
+    fn drain_tun(&mut self, b: bool) {
+        let mut out = PacketBatch::new(64, 2048);
+        loop {
+            out.clear();
+            let more = if b {
+                self.b.poll_tun(&mut out)
+            } else {
+                self.a.poll_tun(&mut out)
+            };
+            for i in 0..out.len() {
+                let p = out.packet(i).to_vec();
+                self.record(b, &p);
+            }
+            if !more {
+                break;
+            }
+        }
     }
 
     fn run_until(&mut self, until: Instant) {
@@ -236,6 +257,8 @@ impl Net {
                 let now = self.now;
                 self.a.handle_timeout(now);
                 self.b.handle_timeout(now);
+                self.drain_tun(true);
+                self.drain_tun(false);
                 self.flush(true);
                 self.flush(false);
             }

@@ -260,16 +260,39 @@ impl Pair {
         });
         let now = self.now;
         self.device(to).decapsulate(now, &mut batch);
-        let out = !batch.packet(0).is_empty();
+        let mut out = !batch.packet(0).is_empty();
         if out {
             let p = batch.packet(0).to_vec();
-            match to {
-                Side::A => self.delivered_a.push(p),
-                Side::B => self.delivered_b.push(p),
-            }
+            self.delivered(to).push(p);
         }
+        out |= self.drain_tun(to) > 0;
         self.flush(to);
         out
+    }
+
+    fn delivered(&mut self, side: Side) -> &mut Vec<Vec<u8>> {
+        match side {
+            Side::A => &mut self.delivered_a,
+            Side::B => &mut self.delivered_b,
+        }
+    }
+
+    /// Packets the reorder window released, written after the batch.
+    fn drain_tun(&mut self, side: Side) -> usize {
+        let mut out = PacketBatch::new(64, 2048);
+        let mut n = 0;
+        loop {
+            out.clear();
+            let more = self.device(side).poll_tun(&mut out);
+            for i in 0..out.len() {
+                let p = out.packet(i).to_vec();
+                self.delivered(side).push(p);
+                n += 1;
+            }
+            if !more {
+                return n;
+            }
+        }
     }
 
     /// Delivers what the link carried, keeping the books of `Arrivals`.
@@ -320,6 +343,8 @@ impl Pair {
                         let now = self.now;
                         self.a.handle_timeout(now);
                         self.b.handle_timeout(now);
+                        self.drain_tun(Side::A);
+                        self.drain_tun(Side::B);
                         self.flush(Side::A);
                         self.flush(Side::B);
                     }

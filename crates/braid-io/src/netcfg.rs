@@ -181,40 +181,6 @@ fn ip(args: &[&str]) -> io::Result<()> {
     )))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn families() {
-        assert_eq!(family("198.19.0.1/24").unwrap(), "-4");
-        assert_eq!(family("0.0.0.0/0").unwrap(), "-4");
-        assert_eq!(family("2001:db8::1/64").unwrap(), "-6");
-        assert_eq!(family("2001:db8::1").unwrap(), "-6");
-        assert!(family("198.19.0.1/33").is_err());
-        assert!(family("-f/24").is_err());
-        assert!(family("default").is_err());
-    }
-
-    #[test]
-    fn dev_names() {
-        assert!(check_dev("braid0").is_ok());
-        assert!(check_dev("").is_err());
-        assert!(check_dev("../x").is_err());
-        assert!(check_dev("-x").is_err());
-        assert!(check_dev("0123456789abcdef").is_err());
-        assert!(!link_exists("no such dev"));
-        assert!(link_exists("lo"));
-        assert_eq!(link_mtu("lo").unwrap(), 65536);
-    }
-
-    #[test]
-    fn error_names_command() {
-        let e = link_set_up("braidnonexist0").unwrap_err().to_string();
-        assert!(e.contains("ip link set dev braidnonexist0 up"), "{e}");
-    }
-}
-
 /// The interface that holds `addr`, if any (for tying a line's socket to
 /// the interface of its source address).
 pub fn interface_with_address(addr: std::net::IpAddr) -> Option<String> {
@@ -258,4 +224,38 @@ pub fn interface_with_address(addr: std::net::IpAddr) -> Option<String> {
     // SAFETY: frees the list getifaddrs allocated, once.
     unsafe { libc::freeifaddrs(head) };
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families() {
+        assert_eq!(family("198.19.0.1/24").unwrap(), "-4");
+        assert_eq!(family("0.0.0.0/0").unwrap(), "-4");
+        assert_eq!(family("2001:db8::1/64").unwrap(), "-6");
+        assert_eq!(family("2001:db8::1").unwrap(), "-6");
+        assert!(family("198.19.0.1/33").is_err());
+        assert!(family("-f/24").is_err());
+        assert!(family("default").is_err());
+    }
+
+    #[test]
+    fn dev_names() {
+        assert!(check_dev("braid0").is_ok());
+        assert!(check_dev("").is_err());
+        assert!(check_dev("../x").is_err());
+        assert!(check_dev("-x").is_err());
+        assert!(check_dev("0123456789abcdef").is_err());
+        assert!(!link_exists("no such dev"));
+        assert!(link_exists("lo"));
+        assert_eq!(link_mtu("lo").unwrap(), 65536);
+    }
+
+    #[test]
+    fn error_names_command() {
+        let e = link_set_up("braidnonexist0").unwrap_err().to_string();
+        assert!(e.contains("ip link set dev braidnonexist0 up"), "{e}");
+    }
 }

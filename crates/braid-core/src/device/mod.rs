@@ -18,11 +18,13 @@ mod receive;
 mod send;
 
 use crate::allowed_ips::{AllowedIps, InvalidPrefix};
+use crate::batch::PacketBatch;
 use crate::consts::*;
 use crate::cookie::CookieChecker;
 use crate::messages::INITIATION_LEN;
 use crate::noise::{self, LocalStatic, RemoteStatic};
 use crate::peer::{Peer, PeerId};
+use crate::reorder::{ReorderConfig, ReorderCounters, ReorderWindow};
 use crate::timers::Timer;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -49,6 +51,8 @@ pub struct DeviceCounters {
     pub no_route: u64,
     /// Control messages dropped because the output queue was full.
     pub control_queue_full: u64,
+    /// Packets a reorder window could not take (its ready queue was full).
+    pub reorder_overflow: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +81,9 @@ pub struct PeerInfo {
     pub mode: crate::path::Mode,
     pub speaks_braid: bool,
     pub persistent_keepalive: u16,
+    pub reorder: ReorderCounters,
+    pub reorder_hold: Duration,
+    pub reorder_held: usize,
     pub last_handshake: Option<SystemTime>,
     pub allowed_ips: Vec<(IpAddr, u8)>,
     pub counters: crate::peer::PeerCounters,
@@ -96,6 +103,8 @@ pub struct Device {
     control: VecDeque<Control>,
     /// Peers with staged packets that may now be sendable.
     pending_flush: Vec<PeerId>,
+    /// Peers whose reorder window has packets ready for the TUN.
+    reorder_ready: Vec<PeerId>,
     handshake_window: (Instant, u32),
     under_load_until: Option<Instant>,
     scratch_indices: Vec<u32>,
@@ -123,6 +132,7 @@ impl Device {
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
             pending_flush: Vec::new(),
+            reorder_ready: Vec::new(),
             handshake_window: (now, 0),
             under_load_until: None,
             scratch_indices: Vec::new(),
@@ -205,6 +215,8 @@ impl Device {
             }
         };
         self.by_key.insert(public, pid);
+        // Window slots sized for this interface's MTU.
+        self.set_reorder(pid, None, None);
         Some(pid)
     }
 
@@ -217,6 +229,7 @@ impl Device {
             IndexEntry::Handshake(p) | IndexEntry::Session(p) => *p != pid,
         });
         self.pending_flush.retain(|&p| p != pid);
+        self.reorder_ready.retain(|&p| p != pid);
         self.peers[pid] = None;
         true
     }
@@ -302,6 +315,9 @@ impl Device {
             mode: p.mode,
             speaks_braid: p.speaks_braid,
             persistent_keepalive: p.persistent_keepalive,
+            reorder: p.reorder.counters(),
+            reorder_hold: p.reorder.effective_hold(),
+            reorder_held: p.reorder.held_packets(),
             last_handshake: p.last_handshake,
             allowed_ips: self.allowed.entries_for(pid),
             counters: p.counters,
@@ -315,13 +331,23 @@ impl Device {
         self.peers
             .iter()
             .flatten()
-            .filter_map(|p| p.timers.next())
+            .flat_map(|p| [p.timers.next(), p.reorder.poll_timeout()])
+            .flatten()
             .min()
     }
 
     /// Fires every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
         for pid in 0..self.peers.len() {
+            let Some(p) = self.peers[pid].as_mut() else {
+                continue;
+            };
+            if p.reorder.poll_timeout().is_some_and(|t| t <= now) {
+                p.reorder.handle_timeout(now);
+                if p.reorder.ready_packets() > 0 {
+                    self.reorder_ready_add(pid);
+                }
+            }
             while let Some(t) = self.peers[pid]
                 .as_mut()
                 .and_then(|p| p.timers.pop_expired(now))
@@ -372,6 +398,63 @@ impl Device {
     }
 
     // ----- internals shared by send and receive -----
+
+    fn reorder_ready_add(&mut self, pid: PeerId) {
+        if !self.reorder_ready.contains(&pid) {
+            self.reorder_ready.push(pid);
+        }
+    }
+
+    /// Fills `out` with packets that reorder windows released, in order
+    /// (write them to the TUN after the batch `decapsulate` returned).
+    /// Returns true while more are waiting.
+    pub fn poll_tun(&mut self, out: &mut PacketBatch) -> bool {
+        while let Some(&pid) = self.reorder_ready.last() {
+            let Some(p) = self.peers[pid].as_mut() else {
+                self.reorder_ready.pop();
+                continue;
+            };
+            while !out.is_full() {
+                let Some(packet) = p.reorder.pop_ready() else {
+                    break;
+                };
+                if packet.is_empty() {
+                    continue; // a keepalive's or refused packet's place
+                }
+                out.push_with(
+                    crate::batch::HEADROOM,
+                    SocketAddr::from(([0, 0, 0, 0], 0)),
+                    |b| {
+                        b[..packet.len()].copy_from_slice(packet);
+                        packet.len()
+                    },
+                );
+            }
+            if out.is_full() && p.reorder.ready_packets() > 0 {
+                return true;
+            }
+            self.reorder_ready.pop();
+        }
+        false
+    }
+
+    /// braid's reorder window for a peer: `hold` is the ceiling (zero turns
+    /// the window off), `capacity` its size in packets.
+    pub fn set_reorder(&mut self, pid: PeerId, hold: Option<Duration>, capacity: Option<usize>) {
+        let mtu = self.mtu;
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        let defaults = ReorderConfig::default();
+        let cfg = ReorderConfig {
+            hold_ceiling: hold.unwrap_or(defaults.hold_ceiling),
+            capacity: capacity.unwrap_or(defaults.capacity),
+            max_packet: mtu.max(defaults.max_packet),
+            ..defaults
+        };
+        p.reorder = ReorderWindow::new(cfg);
+        p.reorder_session = None;
+    }
 
     fn recompute_static(&mut self, pid: PeerId) {
         let (Some(local), Some(p)) = (&self.local, self.peers[pid].as_mut()) else {

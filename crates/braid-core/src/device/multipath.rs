@@ -137,6 +137,9 @@ impl Device {
             path.update_state(now);
         }
         p.expire_learned_paths(now);
+        let (mask, skew) = (p.live_path_mask(), p.path_skew());
+        p.reorder.set_live_paths(mask);
+        p.reorder.set_path_skew(skew);
         if p.speaks_braid || p.hellos_left > 0 {
             p.timers.set(Timer::Probe, now + PROBE_INTERVAL);
         }

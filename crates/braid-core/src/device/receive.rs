@@ -7,6 +7,7 @@ use crate::batch::PacketBatch;
 use crate::consts::*;
 use crate::messages::{self, Kind, DATA_HEADER_LEN};
 use crate::peer::PeerId;
+use crate::reorder::InsertOutcome;
 use crate::session::{OpenError, SlotName};
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -90,6 +91,7 @@ impl Device {
             self.counters.unknown_index += 1;
             return None;
         };
+        let counter = messages::read_u64(datagram, messages::data::COUNTER);
         let p = self.peers[pid].as_mut()?;
         let (slot, kp) = p.keypairs.find_mut(receiver)?;
         if kp.age(now) >= REJECT_AFTER_TIME {
@@ -104,6 +106,9 @@ impl Device {
                 if let Some(i) = p.find_path(line, src) {
                     p.paths[i].counters.rx_packets += 1;
                     p.paths[i].counters.rx_bytes += datagram.len() as u64;
+                    if p.reorder_session == Some(receiver) {
+                        p.reorder.note_duplicate(now, counter, i);
+                    }
                 }
                 return None;
             }
@@ -123,19 +128,85 @@ impl Device {
         self.keep_key_fresh_on_receive(now, pid);
 
         let p = self.peers[pid].as_mut()?;
-        if plain_len == 0 {
+        let len = if plain_len == 0 {
             p.counters.keepalives_received += 1;
-            return None;
-        }
-        let plain = &datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len];
-        let Some(len) = inner_packet(self, pid, plain) else {
-            self.peers[pid].as_mut()?.counters.disallowed_source += 1;
-            return None;
+            0
+        } else {
+            let plain = &datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len];
+            match inner_packet(self, pid, plain) {
+                Some(len) => {
+                    let p = self.peers[pid].as_mut()?;
+                    p.counters.rx_packets += 1;
+                    p.on_data_received(now);
+                    len
+                }
+                None => {
+                    self.peers[pid].as_mut()?.counters.disallowed_source += 1;
+                    0
+                }
+            }
         };
-        let p = self.peers[pid].as_mut()?;
-        p.counters.rx_packets += 1;
-        p.on_data_received(now);
-        Some(len)
+        // Keepalives and refused packets still take their counter's place
+        // in the window (as empty packets), or they would look like losses.
+        let packet = &datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
+        self.reorder_or_pass(now, pid, receiver, counter, at, packet)
+            .then_some(len)
+            .filter(|&l| l > 0)
+    }
+
+    /// Runs a packet of the current session through the peer's reorder
+    /// window. True: deliver it in place now; false: the window took it (it
+    /// comes out of `poll_tun` in order).
+    fn reorder_or_pass(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        receiver: u32,
+        counter: u64,
+        path: usize,
+        packet: &[u8],
+    ) -> bool {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return false;
+        };
+        // Only the current session is ordered: a straggler of the previous
+        // one (during a rekey) goes straight through.
+        if p.keypairs.current.as_ref().map(|k| k.local_index) != Some(receiver) {
+            return true;
+        }
+        if p.reorder_session != Some(receiver) {
+            p.reorder.reset();
+            p.reorder_session = Some(receiver);
+            if p.reorder.ready_packets() > 0 {
+                self.reorder_ready_add(pid);
+            }
+        }
+        let p = self.peers[pid].as_mut().expect("checked above");
+        if p.reorder.passes_through(counter) {
+            p.reorder.delivered_in_place(now, counter, path);
+            return true;
+        }
+        let mask = p.live_path_mask();
+        p.reorder.set_live_paths(mask);
+        match p.reorder.insert(now, counter, path, packet) {
+            // Bigger than the window's slots (an MTU raised at run time):
+            // better out of order than lost.
+            InsertOutcome::TooLarge => true,
+            // Its gap was already given up. The replay check guarantees it
+            // was never delivered, so it goes out late rather than never
+            // (it still counts as Under Window): for TCP late beats lost.
+            InsertOutcome::UnderWindow => true,
+            InsertOutcome::ReadyFull => {
+                self.counters.reorder_overflow += 1;
+                false
+            }
+            _ => {
+                if p.reorder.ready_packets() > 0 {
+                    self.reorder_ready_add(pid);
+                }
+                false
+            }
+        }
     }
 
     /// First authenticated message on the responder's new session: the

@@ -235,6 +235,20 @@ pub fn snapshot(
             ("staged_dropped".into(), k.staged_dropped),
             ("ext_rejected".into(), k.ext_rejected),
         ];
+        // The reorder window's counters, with the seed's names and meanings.
+        let r = info.reorder;
+        p.extra.extend([
+            ("accepted".to_string(), r.accepted),
+            ("under_window".to_string(), r.under_window),
+            ("buffered".to_string(), r.buffered),
+            ("duplicated".to_string(), r.duplicated),
+            ("lost".to_string(), r.lost),
+            ("reorder_held".to_string(), info.reorder_held as u64),
+            (
+                "reorder_hold_us".to_string(),
+                info.reorder_hold.as_micros() as u64,
+            ),
+        ]);
         p.mode = info.mode.name().to_string();
         p.paths = info.paths.iter().map(path_snapshot).collect();
         snap.peers.push(p);

@@ -235,6 +235,9 @@ fn apply_multipath(
             continue;
         };
         device.set_mode(pid, peer.mode);
+        if peer.reorder_hold.is_some() || peer.reorder_capacity.is_some() {
+            device.set_reorder(pid, peer.reorder_hold, peer.reorder_capacity);
+        }
         for (path, line) in peer.paths.iter().zip(path_lines) {
             let remote = path.endpoint.resolve().map_err(|e| {
                 std::io::Error::new(
@@ -311,6 +314,7 @@ impl Daemon {
             }
             let now = Instant::now();
             self.device.handle_timeout(now);
+            self.write_released()?;
             self.transmit_pending(now)?;
             if now >= next_housekeeping {
                 next_housekeeping = now + HOUSEKEEPING;
@@ -354,12 +358,28 @@ impl Daemon {
             let now = Instant::now();
             self.device.decapsulate(now, &mut self.udp_batch);
             self.tun.write_batch(&self.udp_batch)?;
+            self.write_released()?;
             self.transmit_pending(now)?;
             if n < BATCH {
                 break;
             }
         }
         Ok(())
+    }
+
+    /// Writes what the reorder windows released (after the batch it
+    /// follows, so order holds).
+    fn write_released(&mut self) -> std::io::Result<()> {
+        loop {
+            self.control_batch.clear();
+            let more = self.device.poll_tun(&mut self.control_batch);
+            if !self.control_batch.is_empty() {
+                self.tun.write_batch(&self.control_batch)?;
+            }
+            if !more {
+                return Ok(());
+            }
+        }
     }
 
     /// Sends handshakes, keepalives and packets released from staging.
