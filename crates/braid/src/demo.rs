@@ -1,223 +1,199 @@
 //! `braid demo`: the whole product on one machine, for a first look.
 //!
 //! ```text
-//!   netns <p>-a                                   netns <p>-b
-//!   ┌──────────────────────────┐   veth pair    ┌──────────────────────────┐
-//!   │ braid  <p>a 198.19.77.1 ─┼─ 198.18.77.1 ──┼─ 198.18.77.2 ── <p>b     │
-//!   │ iperf3 client, ping      │   underlay     │ braid 198.19.77.2, iperf3│
-//!   └──────────────────────────┘                └──────────────────────────┘
+//!  netns <p>-a                                           netns <p>-b
+//!  ┌───────────────────────┐  line 1: veth 198.18.77.0/24 ┌──────────────────────────────┐
+//!  │ braid <p>a            ├──────────────────────────────┤ braid netem: 2 % loss  ──┐   │
+//!  │ 198.19.77.1           │  line 2: veth 198.18.78.0/24 │                          ├─► braid <p>b
+//!  │ iperf3 client         ├──────────────────────────────┤ braid netem: 3 ms ± 1 ms ┘   │ 198.19.77.2
+//!  └───────────────────────┘                              └──────────────────────────────┘
 //! ```
 //!
-//! Everything it creates (namespaces, daemons, the iperf3 server, config
-//! files) is removed on the way out, also after an error or Ctrl-C.
+//! Every packet goes over both lines (`Mode = redundant`); the receiver's
+//! reorder window puts them back in order and drops the second copies.
+//! Midway the lossy line is cut, later restored, and the tunnel carries on.
+//! Everything the demo creates is removed on the way out, also after an
+//! error or Ctrl-C.
 
-use crate::keys::PrivateKey;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use crate::lab::{self, Lab, LabResult};
+use std::time::{Duration, Instant};
 
-const UNDERLAY_A: &str = "198.18.77.1";
-const UNDERLAY_B: &str = "198.18.77.2";
 const TUNNEL_A: &str = "198.19.77.1";
 const TUNNEL_B: &str = "198.19.77.2";
-
-/// Removes what the demo made, in reverse order, whatever happened.
-struct Cleanup {
-    braid: PathBuf,
-    namespaces: Vec<String>,
-    interfaces: Vec<(String, String)>,
-    children: Vec<Child>,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for (ns, name) in &self.interfaces {
-            let _ = Command::new("ip")
-                .args(["netns", "exec", ns])
-                .arg(&self.braid)
-                .args(["down", name])
-                .stderr(Stdio::null())
-                .status();
-        }
-        for ns in &self.namespaces {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let shown = format!("{cmd:?}").replace('"', "");
-    let out = cmd.output().map_err(|e| format!("{shown}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{shown} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn in_ns(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns]).arg(program);
-    c
-}
-
-fn ip(args: &[&str]) -> Result<String, String> {
-    run(Command::new("ip").args(args))
-}
-
-fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    f.write_all(text.as_bytes()).map_err(|e| e.to_string())
-}
 
 fn step(text: &str) {
     println!("\n== {text}");
 }
 
 /// Runs the demo; `seconds` is the length of the iperf3 run.
-pub fn run_demo(seconds: u32) -> Result<(), String> {
-    let braid = std::env::current_exe().map_err(|e| e.to_string())?;
-    for tool in ["ip", "iperf3", "ping"] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .map_or(true, |s| !s.success())
-        {
-            return Err(format!(
-                "`{tool}` is not installed (apt-get install iproute2 iperf3 iputils-ping)"
-            ));
-        }
-    }
-    let prefix = format!("bd{}", std::process::id() % 100_000);
-    let (ns_a, ns_b) = (format!("{prefix}-a"), format!("{prefix}-b"));
-    let (if_a, if_b) = (format!("{prefix}a"), format!("{prefix}b"));
-    let dir = std::env::temp_dir().join(format!("braid-demo-{prefix}"));
-    let mut cleanup = Cleanup {
-        braid: braid.clone(),
-        namespaces: Vec::new(),
-        interfaces: Vec::new(),
-        children: Vec::new(),
-        dir: dir.clone(),
-    };
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+pub fn run_demo(seconds: u32) -> LabResult<()> {
+    lab::require_tools(&["ip", "iperf3", "ping"])?;
+    let seconds = seconds.max(4);
+    let mut lab = Lab::new("d")?;
+    let (a, b) = (lab.name("a"), lab.name("b"));
 
-    step(&format!(
-        "two network namespaces, {ns_a} and {ns_b}, joined by a veth pair"
-    ));
-    for ns in [&ns_a, &ns_b] {
-        ip(&["netns", "add", ns])?;
-        cleanup.namespaces.push(ns.clone());
-        ip(&["-n", ns, "link", "set", "lo", "up"])?;
-    }
-    ip(&[
-        "link", "add", "veth-a", "netns", &ns_a, "type", "veth", "peer", "name", "veth-b", "netns",
-        &ns_b,
-    ])?;
-    ip(&[
-        "-n",
-        &ns_a,
-        "addr",
-        "add",
-        &format!("{UNDERLAY_A}/24"),
-        "dev",
-        "veth-a",
-    ])?;
-    ip(&[
-        "-n",
-        &ns_b,
-        "addr",
-        "add",
-        &format!("{UNDERLAY_B}/24"),
-        "dev",
-        "veth-b",
-    ])?;
-    ip(&["-n", &ns_a, "link", "set", "veth-a", "up"])?;
-    ip(&["-n", &ns_b, "link", "set", "veth-b", "up"])?;
-    println!("   underlay {UNDERLAY_A} <-> {UNDERLAY_B}");
+    step("two network namespaces joined by two lines (veth pairs)");
+    let ns_a = lab.netns("a")?;
+    let ns_b = lab.netns("b")?;
+    lab.veth(
+        (&ns_a, "line1", "198.18.77.1/24"),
+        (&ns_b, "line1", "198.18.77.2/24"),
+    )?;
+    lab.veth(
+        (&ns_a, "line2", "198.18.78.1/24"),
+        (&ns_b, "line2", "198.18.78.2/24"),
+    )?;
+    println!("   line 1: 198.18.77.1 <-> 198.18.77.2      line 2: 198.18.78.1 <-> 198.18.78.2");
 
-    step("a braid tunnel between them (wg-quick config files, fresh keys)");
-    let (key_a, key_b) = (PrivateKey::generate(), PrivateKey::generate());
+    step("braid netem makes line 1 lossy (2 %) and line 2 jittery (3 ms ± 1 ms, reorders)");
+    let lossy = lab.netem(
+        &ns_b,
+        "lossy",
+        "198.18.77.2:5001",
+        "127.0.0.1:51820",
+        &["--loss", "2%", "--seed", "1"],
+    )?;
+    lab.netem(
+        &ns_b,
+        "jittery",
+        "198.18.78.2:5002",
+        "127.0.0.1:51820",
+        &["--delay", "3ms", "--jitter", "1ms", "--seed", "2"],
+    )?;
+
+    step("a braid tunnel over both lines (Mode = redundant)");
+    let (key_a, pub_a) = lab::keypair();
+    let (key_b, pub_b) = lab::keypair();
     let conf_a = format!(
-        "[Interface]\nPrivateKey = {}\nAddress = {TUNNEL_A}/24\nListenPort = 51820\n\n[Peer]\nPublicKey = {}\nAllowedIPs = {TUNNEL_B}/32\nEndpoint = {UNDERLAY_B}:51820\nPersistentKeepalive = 25\n",
-        &*key_a.to_base64(),
-        key_b.public_key()
+        "[Interface]\nPrivateKey = {key_a}\nAddress = {TUNNEL_A}/24\n\n[Peer]\nPublicKey = {pub_b}\nAllowedIPs = {TUNNEL_B}/32\nPath = lossy bind=line1 endpoint=198.18.77.2:5001\nPath = jittery bind=line2 endpoint=198.18.78.2:5002\nMode = redundant\n"
     );
     let conf_b = format!(
-        "[Interface]\nPrivateKey = {}\nAddress = {TUNNEL_B}/24\nListenPort = 51820\n\n[Peer]\nPublicKey = {}\nAllowedIPs = {TUNNEL_A}/32\n",
-        &*key_b.to_base64(),
-        key_a.public_key()
+        "[Interface]\nPrivateKey = {key_b}\nAddress = {TUNNEL_B}/24\nListenPort = 51820\n\n[Peer]\nPublicKey = {pub_a}\nAllowedIPs = {TUNNEL_A}/32\n"
     );
-    let (file_a, file_b) = (
-        dir.join(format!("{if_a}.conf")),
-        dir.join(format!("{if_b}.conf")),
+    println!(
+        "{}",
+        conf_a
+            .lines()
+            .filter(|l| !l.starts_with("PrivateKey"))
+            .map(|l| format!("   {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
-    write_private(&file_a, &conf_a)?;
-    write_private(&file_b, &conf_b)?;
-    for (ns, file, name) in [(&ns_b, &file_b, &if_b), (&ns_a, &file_a, &if_a)] {
-        println!("   ip netns exec {ns} braid up {}", file.display());
-        run(in_ns(ns, &braid).arg("up").arg(file))?;
-        cleanup.interfaces.push((ns.clone(), name.clone()));
+    lab.braid_up(&ns_b, &b, &conf_b)?;
+    lab.braid_up(&ns_a, &a, &conf_a)?;
+    if !lab.ping_until_reply(&ns_a, TUNNEL_B, Duration::from_secs(10)) {
+        return Err("no reply through the tunnel".into());
     }
-
-    step(&format!("ping {TUNNEL_B} through the tunnel"));
-    let ping = run(in_ns(&ns_a, "ping").args(["-c", "3", "-i", "0.2", "-W", "2", TUNNEL_B]))?;
-    for line in ping
-        .lines()
-        .filter(|l| l.contains("time=") || l.contains("packet loss"))
-    {
-        println!("   {line}");
-    }
+    println!("   ping {TUNNEL_B}: reply through the tunnel");
 
     step(&format!(
-        "iperf3, one TCP stream for {seconds} s through the tunnel"
+        "iperf3, one TCP stream for {seconds} s; line 1 is cut at {} s and restored at {} s",
+        seconds / 3,
+        2 * seconds / 3
     ));
-    let server = in_ns(&ns_b, "iperf3")
-        .args(["-s", "-1", "-B", TUNNEL_B])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("iperf3 server: {e}"))?;
-    cleanup.children.push(server);
+    let mut client = lab.cmd_in(&ns_a, "iperf3");
+    client.args(["-c", TUNNEL_B, "-t", &seconds.to_string(), "-J"]);
+    let mut server = lab.cmd_in(&ns_b, "iperf3");
+    server.args(["-s", "-1", "-B", TUNNEL_B]);
+    let server = lab.spawn(server, "iperf3-server.log")?;
     std::thread::sleep(Duration::from_millis(300));
-    let status = in_ns(&ns_a, "iperf3")
-        .args([
-            "-c",
-            TUNNEL_B,
-            "-t",
-            &seconds.to_string(),
-            "-f",
-            "m",
-            "--forceflush",
-        ])
-        .status()
-        .map_err(|e| format!("iperf3 client: {e}"))?;
-    if !status.success() {
-        return Err("iperf3 through the tunnel failed".into());
+    let client = lab.spawn(client, "iperf3-client.json")?;
+    let start = Instant::now();
+    let mut last = live_counters(&lab, &ns_b, &b)?;
+    let (mut cut, mut restored) = (false, false);
+    println!(
+        "   {:>4}  {:>10}  {:<28} {:<28} {:>9} {:>9} {:>6}",
+        "t", "Mbit/s", "line 1 (lossy)", "line 2 (jittery)", "accepted", "buffered", "lost"
+    );
+    for t in 1..=seconds {
+        std::thread::sleep(
+            (start + Duration::from_secs(t.into())).saturating_duration_since(Instant::now()),
+        );
+        if !cut && t >= seconds / 3 {
+            lossy.control("cut")?;
+            cut = true;
+            println!("   --- line 1 cut ---");
+        }
+        if !restored && t >= 2 * seconds / 3 {
+            lossy.control("restore")?;
+            restored = true;
+            println!("   --- line 1 restored ---");
+        }
+        let now = live_counters(&lab, &ns_b, &b)?;
+        let mbit = (now.rx_bytes.saturating_sub(last.rx_bytes)) as f64 * 8.0 / 1e6;
+        println!(
+            "   {:>3}s  {:>10.1}  {:<28} {:<28} {:>9} {:>9} {:>6}",
+            t,
+            mbit,
+            now.paths.first().cloned().unwrap_or_default(),
+            now.paths.get(1).cloned().unwrap_or_default(),
+            now.accepted,
+            now.buffered,
+            now.lost
+        );
+        last = now;
+    }
+    lab.wait(client, Duration::from_secs(5));
+    let report = lab.stop(client, "iperf3-client.json");
+    lab.stop(server, "iperf3-server.log");
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&report) {
+        if let Some(bps) = lab::received_bps(&v) {
+            println!(
+                "   iperf3: {:.1} Mbit/s over {seconds} s, through a cut line",
+                bps / 1e6
+            );
+        }
     }
 
     step("braid show, on both sides");
-    for (ns, name) in [(&ns_a, &if_a), (&ns_b, &if_b)] {
-        let out = run(in_ns(ns, &braid).args(["show", name]))?;
-        println!("{out}");
+    for (ns, name) in [(&ns_a, &a), (&ns_b, &b)] {
+        println!("{}", lab.braid_show(ns, name, false)?);
     }
     step("cleaning up");
-    drop(cleanup);
-    println!("   done: namespaces, daemons and files removed");
+    drop(lab);
+    println!("   done: namespaces, daemons, relays and files removed");
     Ok(())
+}
+
+#[derive(Default)]
+struct Live {
+    rx_bytes: u64,
+    accepted: u64,
+    buffered: u64,
+    lost: u64,
+    paths: Vec<String>,
+}
+
+/// The receiving side's counters, from `braid show --json`.
+fn live_counters(lab: &Lab, ns: &str, name: &str) -> LabResult<Live> {
+    let json = lab.braid_show(ns, name, true)?;
+    let v: serde_json::Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
+    let peer = &v["peers"][0];
+    let extra = |key: &str| {
+        peer["extra"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e[0] == key))
+            .and_then(|e| e[1].as_u64())
+            .unwrap_or(0)
+    };
+    let paths = peer["paths"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| {
+                    let rtt = p["rtt_us"].as_u64().map_or(String::new(), |r| {
+                        format!(" rtt {:.1} ms", r as f64 / 1000.0)
+                    });
+                    format!("{}{rtt}", p["state"].as_str().unwrap_or("?"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Live {
+        rx_bytes: peer["rx_bytes"].as_u64().unwrap_or(0),
+        accepted: extra("accepted"),
+        buffered: extra("buffered"),
+        lost: extra("lost"),
+        paths,
+    })
 }

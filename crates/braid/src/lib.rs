@@ -3,6 +3,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod keys;
+pub mod lab;
 pub mod netem;
 pub mod show;
 pub mod uapi;
