@@ -636,6 +636,7 @@ fn private_key_never_printed() {
                 allowed_ips: vec![format!("{other}/32")],
                 endpoint: ep,
                 keepalive: None,
+                braid_lines: Vec::new(),
             }],
             ..Default::default()
         };

@@ -841,6 +841,8 @@ pub struct PeerConf {
     pub allowed_ips: Vec<String>,
     pub endpoint: Option<String>,
     pub keepalive: Option<u16>,
+    /// braid's own `[Peer]` lines (Path =, Mode =, …): wg-quick files only.
+    pub braid_lines: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -890,6 +892,11 @@ impl IfaceConf {
             }
             if let Some(k) = p.keepalive {
                 s += &format!("PersistentKeepalive = {k}\n");
+            }
+            if quick {
+                for line in &p.braid_lines {
+                    s += &format!("{line}\n");
+                }
             }
         }
         s
