@@ -23,7 +23,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use braid_core::batch::PacketBatch;
 
@@ -58,7 +58,13 @@ struct Scratch {
     addrs: Vec<libc::sockaddr_storage>,
     /// Batch slot index of each message (send only: empty slots are skipped).
     slots: Vec<usize>,
+    /// Control-message buffers (receive timestamps), one per message;
+    /// u64 elements keep them aligned for `cmsghdr`.
+    cmsgs: Vec<[u64; CMSG_WORDS]>,
 }
+
+/// Room for one `SCM_TIMESTAMPNS` control message.
+const CMSG_WORDS: usize = 8;
 
 // SAFETY: the raw pointers inside `hdrs`/`iovs` are never dereferenced
 // outside the `recvmmsg`/`sendmmsg` call that set them (each call rewrites
@@ -73,6 +79,7 @@ impl Scratch {
             iovs: Vec::new(),
             addrs: Vec::new(),
             slots: Vec::new(),
+            cmsgs: Vec::new(),
         }
     }
 
@@ -89,6 +96,7 @@ impl Scratch {
         self.iovs.resize_with(n, || unsafe { mem::zeroed() });
         self.addrs.resize_with(n, || unsafe { mem::zeroed() });
         self.slots.resize(n, 0);
+        self.cmsgs.resize(n, [0; CMSG_WORDS]);
     }
 
     /// Points message `k` at `iov[k]` (already filled) and `addrs[k]`.
@@ -237,6 +245,37 @@ impl UdpSocket {
     /// and carries its source address. A datagram longer than the stride is
     /// truncated by the kernel; its slot is left empty (`len == 0`).
     pub fn recv_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
+        self.recv_into(batch, None)
+    }
+
+    /// Asks the kernel to stamp every received datagram with its arrival
+    /// time (SO_TIMESTAMPNS), for [`recv_batch_timed`](Self::recv_batch_timed).
+    pub fn enable_rx_timestamps(&self) -> io::Result<()> {
+        setsockopt_int(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            1,
+        )
+    }
+
+    /// Like [`recv_batch`](Self::recv_batch), and `times[k]` gets the
+    /// kernel's arrival time of datagram `k` (wall clock), when stamped.
+    /// Someone who must act a fixed time after arrival (a delay line) then
+    /// does not add its own wake-up latency.
+    pub fn recv_batch_timed(
+        &self,
+        batch: &mut PacketBatch,
+        times: &mut [Option<SystemTime>],
+    ) -> io::Result<usize> {
+        self.recv_into(batch, Some(times))
+    }
+
+    fn recv_into(
+        &self,
+        batch: &mut PacketBatch,
+        mut times: Option<&mut [Option<SystemTime>]>,
+    ) -> io::Result<usize> {
         batch.clear();
         let cap = batch.capacity();
         let stride = batch.stride();
@@ -255,6 +294,11 @@ impl UdpSocket {
                 k,
                 mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
             );
+            if times.is_some() {
+                let control: *mut [u64; CMSG_WORDS] = &mut s.cmsgs[k];
+                s.hdrs[k].msg_hdr.msg_control = control.cast();
+                s.hdrs[k].msg_hdr.msg_controllen = mem::size_of::<[u64; CMSG_WORDS]>();
+            }
         }
         let got = loop {
             // SAFETY: the first `cap` headers point at live iovecs and
@@ -288,6 +332,11 @@ impl UdpSocket {
                 (h.msg_len as usize).min(stride)
             };
             batch.set_packet(k, 0, len, addr);
+            if let Some(times) = times.as_deref_mut() {
+                if let Some(t) = times.get_mut(k) {
+                    *t = arrival_time(&s.hdrs[k].msg_hdr);
+                }
+            }
         }
         batch.set_len(got);
         Ok(got)
@@ -406,6 +455,27 @@ impl AsFd for UdpSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// The SCM_TIMESTAMPNS arrival time in a received message's control data.
+fn arrival_time(msg: &libc::msghdr) -> Option<SystemTime> {
+    // SAFETY: `msg` was filled by recvmmsg with a control buffer we own;
+    // the CMSG_* helpers walk it within msg_controllen, and CMSG_DATA of a
+    // SCM_TIMESTAMPNS message holds a timespec (read unaligned to be safe).
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
+                return Some(
+                    SystemTime::UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
+                );
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    None
 }
 
 const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));

@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 const USAGE: &str = "\
 usage: braid bench netem [--seconds 3] [--runs 3] [--size 1400] [--rate 50000] [--json]
@@ -162,26 +162,43 @@ fn headers(bufs: &mut [Vec<u8>], iovs: &mut Vec<libc::iovec>) -> Vec<libc::mmsgh
         .collect()
 }
 
-/// Counts what arrives until `stop`; `on_batch` sees each received batch
-/// (its arrival time and the datagrams' first 16 bytes).
+/// Counts what arrives until `stop`; `on_batch` sees each received batch:
+/// every datagram's arrival time (the kernel's stamp, so the receiver's own
+/// wake-up latency does not count) and its first 16 bytes.
 fn receiver(
     sock: UdpSocket,
     spin: bool,
     stop: Arc<AtomicBool>,
     count: Arc<AtomicU64>,
-    mut on_batch: impl FnMut(Instant, &[[u8; 16]]) + Send + 'static,
+    mut on_batch: impl FnMut(&[(Instant, [u8; 16])]) + Send + 'static,
 ) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         pin(0, load_cpus());
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt with a pointer to a live c_int and its size.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
         let mut bufs: Vec<Vec<u8>> = (0..GEN_BATCH).map(|_| vec![0u8; 2048]).collect();
         let mut iovs = Vec::with_capacity(GEN_BATCH);
         let mut hdrs = headers(&mut bufs, &mut iovs);
-        let mut heads = vec![[0u8; 16]; GEN_BATCH];
+        let mut controls = vec![[0u64; 8]; GEN_BATCH];
+        let mut got = vec![(Instant::now(), [0u8; 16]); GEN_BATCH];
         while !stop.load(Ordering::Relaxed) {
-            // SAFETY: the headers point at `iovs` and `bufs`, both alive and
-            // unmoved for the duration of the call.
+            for (h, c) in hdrs.iter_mut().zip(controls.iter_mut()) {
+                h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = std::mem::size_of::<[u64; 8]>();
+            }
+            // SAFETY: the headers point at `iovs`, `bufs` and `controls`,
+            // all alive and unmoved for the duration of the call.
             let n = unsafe {
                 libc::recvmmsg(
                     sock.as_raw_fd(),
@@ -198,15 +215,39 @@ fn receiver(
             if n <= 0 {
                 continue;
             }
-            let at = Instant::now();
+            let (now, wall) = (Instant::now(), SystemTime::now());
             let n = n as usize;
             for k in 0..n {
-                heads[k].copy_from_slice(&bufs[k][..16]);
+                let at = kernel_stamp(&hdrs[k].msg_hdr)
+                    .and_then(|t| wall.duration_since(t).ok())
+                    .and_then(|age| now.checked_sub(age))
+                    .unwrap_or(now);
+                got[k].0 = at;
+                got[k].1.copy_from_slice(&bufs[k][..16]);
             }
             count.fetch_add(n as u64, Ordering::Relaxed);
-            on_batch(at, &heads[..n]);
+            on_batch(&got[..n]);
         }
     })
+}
+
+/// The SCM_TIMESTAMPNS time of a received message, if the kernel gave one.
+fn kernel_stamp(msg: &libc::msghdr) -> Option<SystemTime> {
+    // SAFETY: `msg` was filled by recvmmsg with a control buffer we own;
+    // CMSG_* walk it within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return Some(
+                    SystemTime::UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
+                );
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
 }
 
 /// Sends as fast as it can (`every` None) or `per_tick` datagrams every
@@ -337,7 +378,7 @@ fn forwarding_run(netem: bool, o: &Opts) -> Result<(f64, f64), String> {
     let stop = Arc::new(AtomicBool::new(false));
     let got = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
-    let rx = receiver(sink, false, stop.clone(), got.clone(), |_, _| {});
+    let rx = receiver(sink, false, stop.clone(), got.clone(), |_| {});
     let (relay, listen) = if netem {
         Relay::netem(to, &[])?
     } else {
@@ -394,15 +435,15 @@ fn delay_run(o: &Opts, delay_ns: u64) -> Result<(Vec<u64>, u64), String> {
         let errors = errors.clone();
         // Not busy-polling: on two cores a spinning receiver preempts the
         // sender between its time stamp and its sendmmsg.
-        receiver(sink, false, stop.clone(), got.clone(), move |at, heads| {
-            if at < warm {
-                return;
-            }
-            let now = at.duration_since(base).as_nanos() as u64;
+        receiver(sink, false, stop.clone(), got.clone(), move |batch| {
             // Uncontended until the end: the main thread only takes it
             // after the receiver stopped.
             let mut e = errors.lock().unwrap();
-            for h in heads {
+            for (at, h) in batch {
+                if *at < warm {
+                    continue;
+                }
+                let now = at.duration_since(base).as_nanos() as u64;
                 let sent = u64::from_le_bytes(h[8..16].try_into().unwrap());
                 e.push(now.saturating_sub(sent).abs_diff(delay_ns));
             }

@@ -34,7 +34,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Datagrams per recvmmsg/sendmmsg.
 pub const BATCH: usize = 64;
@@ -270,6 +270,8 @@ fn upstream_socket(to: SocketAddr) -> io::Result<UdpSocket> {
         SocketAddr::V6(_) => SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
     };
     let sock = UdpSocket::bind_addr(local)?;
+    // Kernel arrival times, so the delay line does not add our wake-up lag.
+    sock.enable_rx_timestamps()?;
     connect(sock.as_raw_fd(), to)?;
     Ok(sock)
 }
@@ -417,6 +419,8 @@ pub struct Relay {
     out: Out,
     /// The client of each datagram of `rx` (fast path with several clients).
     rx_client: [u32; BATCH],
+    /// Kernel arrival time of each datagram in `rx`.
+    rx_times: [Option<SystemTime>; BATCH],
     start: Instant,
     cut: bool,
     next_event: usize,
@@ -436,6 +440,9 @@ impl Relay {
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
         let listen = UdpSocket::bind_addr(cfg.listen)
             .map_err(|e| format!("--listen {}: {e}", cfg.listen))?;
+        listen
+            .enable_rx_timestamps()
+            .map_err(|e| format!("--listen {}: receive timestamps: {e}", cfg.listen))?;
         let epoll = Epoll::new().map_err(|e| format!("epoll: {e}"))?;
         epoll
             .add(listen.as_raw_fd(), T_LISTEN)
@@ -489,6 +496,7 @@ impl Relay {
                 bytes: 0,
             },
             rx_client: [0; BATCH],
+            rx_times: [None; BATCH],
             start,
             cut: false,
             next_event: 0,
@@ -688,11 +696,15 @@ impl Relay {
     fn on_listen(&mut self) -> io::Result<()> {
         let to = self.cfg.to;
         for _ in 0..BATCHES_PER_WAKE {
-            let n = self.io.listen.recv_batch(&mut self.rx)?;
+            let n = self
+                .io
+                .listen
+                .recv_batch_timed(&mut self.rx, &mut self.rx_times)?;
             if n == 0 {
                 break;
             }
             let now = Instant::now();
+            let wall = SystemTime::now();
             let dir = &mut self.dirs[UP];
             if dir.perfect {
                 // Fast path: re-address the batch and send it as it is.
@@ -757,7 +769,8 @@ impl Relay {
                         gen: self.io.clients.gens[c as usize],
                         addr: to,
                     };
-                    let fate = self.dirs[UP].model.offer(now, len);
+                    let at = Self::arrival(now, wall, self.rx_times[i]);
+                    let fate = self.dirs[UP].model.offer(at, len);
                     enqueue(
                         &mut self.dirs[UP],
                         &mut self.pool,
@@ -784,7 +797,10 @@ impl Relay {
             let addr = client.addr;
             // A connected UDP socket reports ICMP errors (port unreachable
             // while --to is down) on receive; they concern nobody here.
-            let n = match client.sock.recv_batch(&mut self.rx) {
+            let n = match client
+                .sock
+                .recv_batch_timed(&mut self.rx, &mut self.rx_times)
+            {
                 Ok(n) => n,
                 Err(_) => continue,
             };
@@ -792,6 +808,7 @@ impl Relay {
                 break;
             }
             let now = Instant::now();
+            let wall = SystemTime::now();
             if let Some(c) = self.io.clients.slots[slot as usize].as_mut() {
                 c.last_seen = now;
             }
@@ -822,7 +839,8 @@ impl Relay {
                         gen: 0,
                         addr,
                     };
-                    let fate = dir.model.offer(now, len);
+                    let at = Self::arrival(now, wall, self.rx_times[i]);
+                    let fate = dir.model.offer(at, len);
                     enqueue(dir, &mut self.pool, fate, self.rx.packet(i), meta);
                 }
                 self.flush_due(now);
@@ -831,6 +849,18 @@ impl Relay {
                 break;
             }
         }
+    }
+
+    /// When a datagram arrived, on the monotonic clock: the kernel's stamp
+    /// (wall clock) moved back from `now` by its age. Without a stamp, or with
+    /// a nonsensical one (clock stepped), `now`.
+    fn arrival(now: Instant, wall: SystemTime, stamp: Option<SystemTime>) -> Instant {
+        const MAX_AGE: Duration = Duration::from_secs(1);
+        stamp
+            .and_then(|t| wall.duration_since(t).ok())
+            .filter(|age| *age < MAX_AGE)
+            .and_then(|age| now.checked_sub(age))
+            .unwrap_or(now)
     }
 
     /// Sends every copy whose time has come, one sendmmsg per socket run.
