@@ -75,6 +75,12 @@ enum BenchCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Dual-line benchmark: the seed's table, lossy, cut and capped lines.
+    #[command(disable_help_flag = true)]
+    Lines {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -95,6 +101,7 @@ fn main() -> ExitCode {
         Command::Demo { seconds } => require_root().and_then(|()| braid::demo::run_demo(seconds)),
         Command::Netem { args } => braid::netem::run(&args),
         Command::Bench(BenchCommand::Netem { args }) => braid::netem::bench::run(&args),
+        Command::Bench(BenchCommand::Lines { args }) => braid::bench_lines::run(&args),
         Command::Interface(args) => interface(&args),
     };
     match result {
