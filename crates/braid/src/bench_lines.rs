@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
 usage: braid bench lines [--quick] [--json] [--seconds N] [--long-seconds N]
-                         [--only seed,loss,cut,aggregate]
+                         [--runs N] [--only seed,loss,cut,aggregate]
 
 Dual-line benchmark (issue 4) between two network namespaces, lines made
 with `braid netem`, iperf3 single stream, every case on fresh relays and
@@ -42,9 +42,11 @@ tunnels. Prints a progress line per case on stderr, then the tables.
 
   --quick            a smoke run: fewer and shorter cases
   --json             print everything (cases, counters, checks) as JSON
-  --seconds N        length of a short transfer (default 6, quick 2)
+  --seconds N        length of a short transfer (default 5, quick 2)
   --long-seconds N   length of a transfer over a 200 ms line and of the
                      aggregate case (default 15, quick 5)
+  --runs N           repeat each short TCP case of sections 1 and 2 N times,
+                     interleaved, and show the median (default 3, quick 1)
   --only LIST        run only these sections (seed, loss, cut, aggregate)
 
 Needs root, ip, iperf3 and ping. Exits with status 1 when a check fails.
@@ -96,6 +98,7 @@ struct Opts {
     json: bool,
     short: u32,
     long: u32,
+    runs: usize,
     only: Vec<String>,
 }
 
@@ -105,9 +108,10 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         json: false,
         short: 0,
         long: 0,
+        runs: 0,
         only: SECTIONS.iter().map(|s| s.to_string()).collect(),
     };
-    let (mut short, mut long) = (None, None);
+    let (mut short, mut long, mut runs) = (None, None, None);
     let mut it = argv.iter();
     while let Some(a) = it.next() {
         let mut val = |name: &str| {
@@ -127,6 +131,15 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             "--quick" => o.quick = true,
             "--seconds" => short = Some(secs(a, val(a)?)?),
             "--long-seconds" => long = Some(secs(a, val(a)?)?),
+            "--runs" => {
+                let v = val(a)?;
+                runs = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|r| (1..=20).contains(r))
+                        .ok_or(format!("--runs: {v:?} is not a number of runs (1-20)"))?,
+                );
+            }
             "--only" => {
                 let v = val(a)?;
                 o.only = v.split(',').map(|s| s.trim().to_string()).collect();
@@ -140,8 +153,9 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
-    o.short = short.unwrap_or(if o.quick { 2 } else { 6 });
+    o.short = short.unwrap_or(if o.quick { 2 } else { 5 });
     o.long = long.unwrap_or(if o.quick { 5 } else { 15 });
+    o.runs = runs.unwrap_or(if o.quick { 1 } else { 3 });
     Ok(Some(o))
 }
 
@@ -220,6 +234,8 @@ enum Measure {
 
 struct Case {
     key: String,
+    /// Repetition of the same key (0-based); tables show the median.
+    run: usize,
     label: String,
     setup: Setup,
     measure: Measure,
@@ -248,18 +264,25 @@ fn plan(o: &Opts) -> Vec<Case> {
         let profiles: Vec<&Profile> = PROFILES.iter().filter(|p| !o.quick || !p.long).collect();
         let windows: &[&str] = if o.quick { &WINDOWS[..1] } else { &WINDOWS };
         for w in windows {
-            for p in &profiles {
+            // Short lines: `runs` interleaved rounds; 200 ms lines once.
+            let rounds =
+                (0..o.runs).flat_map(|r| profiles.iter().filter(|p| !p.long).map(move |p| (r, *p)));
+            let long = profiles.iter().filter(|p| p.long).map(|p| (0, *p));
+            for (run, p) in rounds.chain(long).collect::<Vec<_>>() {
                 for hold in [Some("0"), None] {
+                    let runs = if p.long { 1 } else { o.runs };
                     cases.push(Case {
                         key: seed_key(p.key, w, hold.is_some()),
+                        run,
                         label: format!(
-                            "1. one line {}, -w {w}, {}",
+                            "1. one line {}, -w {w}, {}{}",
                             p.label,
                             if hold.is_some() {
                                 "ReorderHold = 0"
                             } else {
                                 "window"
-                            }
+                            },
+                            run_label(run, runs)
                         ),
                         setup: Setup {
                             mode: "redundant",
@@ -278,6 +301,7 @@ fn plan(o: &Opts) -> Vec<Case> {
         let lossy2 = || flags(&["--loss", "2%"], 22);
         cases.push(Case {
             key: "loss/udp".into(),
+            run: 0,
             label: "2. two lines 2 % loss, redundant, UDP 50 Mbit/s".into(),
             setup: Setup {
                 mode: "redundant",
@@ -291,28 +315,38 @@ fn plan(o: &Opts) -> Vec<Case> {
             },
             seconds: o.short,
         });
-        cases.push(Case {
-            key: "loss/tcp".into(),
-            label: "2. two lines 2 % loss, redundant, TCP".into(),
-            setup: Setup {
-                mode: "redundant",
-                hold: None,
-                lines: vec![lossy(), lossy2()],
-            },
-            measure: Measure::Tcp { window: None },
-            seconds: o.short,
-        });
-        cases.push(Case {
-            key: "loss/clean".into(),
-            label: "2. one clean line, TCP (reference)".into(),
-            setup: Setup {
-                mode: "redundant",
-                hold: None,
-                lines: vec![flags(&[], 11)],
-            },
-            measure: Measure::Tcp { window: None },
-            seconds: o.short,
-        });
+        for run in 0..o.runs {
+            cases.push(Case {
+                key: "loss/tcp".into(),
+                run,
+                label: format!(
+                    "2. two lines 2 % loss, redundant, TCP{}",
+                    run_label(run, o.runs)
+                ),
+                setup: Setup {
+                    mode: "redundant",
+                    hold: None,
+                    lines: vec![lossy(), lossy2()],
+                },
+                measure: Measure::Tcp { window: None },
+                seconds: o.short,
+            });
+            cases.push(Case {
+                key: "loss/clean".into(),
+                run,
+                label: format!(
+                    "2. one clean line, TCP (reference){}",
+                    run_label(run, o.runs)
+                ),
+                setup: Setup {
+                    mode: "redundant",
+                    hold: None,
+                    lines: vec![flags(&[], 11)],
+                },
+                measure: Measure::Tcp { window: None },
+                seconds: o.short,
+            });
+        }
     }
     if wants("cut") {
         let (secs, cut) = if o.quick {
@@ -323,6 +357,7 @@ fn plan(o: &Opts) -> Vec<Case> {
         for mode in ["redundant", "failover"] {
             cases.push(Case {
                 key: format!("cut/{mode}"),
+                run: 0,
                 label: format!(
                     "3. two lines 3 ms, line 1 cut {:.1}–{:.1} s, {mode}, UDP 20 Mbit/s",
                     cut.0, cut.1
@@ -348,6 +383,7 @@ fn plan(o: &Opts) -> Vec<Case> {
         for mode in ["aggregate", "redundant"] {
             cases.push(Case {
                 key: format!("agg/{mode}"),
+                run: 0,
                 label: format!("4. two lines 100 Mbit/s, 10 ms and 30 ms, {mode}, TCP"),
                 setup: Setup {
                     mode,
@@ -363,6 +399,23 @@ fn plan(o: &Opts) -> Vec<Case> {
         }
     }
     cases
+}
+
+/// "3 × 5 s (median)" or "15 s".
+fn runs_text(runs: usize, seconds: u32) -> String {
+    if runs > 1 {
+        format!("median of {runs} × {seconds} s")
+    } else {
+        format!("{seconds} s")
+    }
+}
+
+fn run_label(run: usize, runs: usize) -> String {
+    if runs > 1 {
+        format!(", run {}/{runs}", run + 1)
+    } else {
+        String::new()
+    }
 }
 
 fn seed_key(profile: &str, window: &str, hold0: bool) -> String {
@@ -687,6 +740,13 @@ fn tcp_summary(v: &Value) -> LabResult<Value> {
         "seconds": v["end"]["sum_received"]["seconds"],
         "bytes": v["end"]["sum_received"]["bytes"],
         "retransmits": v["end"]["sum_sent"]["retransmits"],
+        "intervals_mbps": v["intervals"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .map(|i| json!((i["sum"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e4).round() / 100.0))
+                .collect::<Vec<_>>())
+            .unwrap_or_default(),
     }))
 }
 
@@ -752,17 +812,45 @@ impl Results<'_> {
         Some((&self.cases[i], self.outcomes.get(i)?))
     }
 
-    fn num(&self, key: &str, field: &str) -> Result<f64, String> {
-        match self.get(key) {
-            None => Err("not run".into()),
-            Some((_, o)) => match &o.result {
-                Err(e) => Err(format!("error: {e}")),
-                Ok(v) => v[field]
-                    .as_f64()
-                    .filter(|x| x.is_finite())
-                    .ok_or(format!("no {field}")),
-            },
+    /// Every run's value of `field` (an error if any run failed).
+    fn all(&self, key: &str, field: &str) -> Result<Vec<f64>, String> {
+        let mut v = Vec::new();
+        for (_, o) in self
+            .cases
+            .iter()
+            .zip(self.outcomes)
+            .filter(|(c, _)| c.key == key)
+        {
+            match &o.result {
+                Err(e) => return Err(format!("error: {e}")),
+                Ok(r) => v.push(
+                    r[field]
+                        .as_f64()
+                        .filter(|x| x.is_finite())
+                        .ok_or(format!("no {field}"))?,
+                ),
+            }
         }
+        if v.is_empty() {
+            return Err("not run".into());
+        }
+        Ok(v)
+    }
+
+    /// The median over the runs of `key`.
+    fn num(&self, key: &str, field: &str) -> Result<f64, String> {
+        let mut v = self.all(key, field)?;
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        Ok(if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        })
+    }
+
+    fn runs(&self, key: &str) -> usize {
+        self.cases.iter().filter(|c| c.key == key).count()
     }
 }
 
@@ -791,7 +879,7 @@ fn checks(r: &Results) -> Vec<Check> {
             (Ok(a), Ok(b)) if *b > 0.0 => {
                 let p = a / b * 100.0;
                 (
-                    format!("{p:.0} %  ({a:.0} / {b:.0} Mbit/s)"),
+                    format!("{p:.1} %  ({a:.0} / {b:.0} Mbit/s)"),
                     Some(p),
                     p >= 90.0,
                 )
@@ -834,7 +922,10 @@ fn checks(r: &Results) -> Vec<Check> {
         let clean = r.num("loss/clean", "mbps");
         out.push(Check {
             section: 2,
-            what: format!("TCP, redundant over the lossy lines ({} s)", c.seconds),
+            what: format!(
+                "TCP, redundant over the lossy lines ({})",
+                runs_text(r.runs("loss/tcp"), c.seconds)
+            ),
             shown: format!("{} Mbit/s", fmt_mbps(&t)),
             value: t.as_ref().ok().copied(),
             target: None,
@@ -843,7 +934,10 @@ fn checks(r: &Results) -> Vec<Check> {
         });
         out.push(Check {
             section: 2,
-            what: format!("TCP, one clean line, default window ({} s)", c.seconds),
+            what: format!(
+                "TCP, one clean line, default window ({})",
+                runs_text(r.runs("loss/clean"), c.seconds)
+            ),
             shown: format!("{} Mbit/s", fmt_mbps(&clean)),
             value: clean.as_ref().ok().copied(),
             target: None,
@@ -859,7 +953,7 @@ fn checks(r: &Results) -> Vec<Check> {
             section: 2,
             what: "TCP redundant over 2 × 2 % loss / one clean line".into(),
             shown: match &ratio {
-                Ok(p) => format!("{p:.0} %"),
+                Ok(p) => format!("{p:.1} %"),
                 Err(e) => e.clone(),
             },
             value: ratio.as_ref().ok().copied(),
@@ -952,7 +1046,7 @@ fn path_split(a: &Value) -> String {
         .iter()
         .map(|t| format!("{:.0} %", t / total * 100.0))
         .collect();
-    format!(", A sent {} of its packets per line", parts.join(" / "))
+    format!(", A's tx packets per line {}", parts.join(" / "))
 }
 
 /// Rows of the seed's table: (profile, window, seconds, line, hold 0, window).
@@ -960,6 +1054,9 @@ struct SeedRow {
     profile: &'static Profile,
     window: &'static str,
     seconds: u32,
+    runs: usize,
+    hold0_runs: Vec<f64>,
+    win_runs: Vec<f64>,
     line: Result<f64, String>,
     line_same_run: bool,
     hold0: Result<f64, String>,
@@ -979,6 +1076,9 @@ fn seed_rows(r: &Results) -> Vec<SeedRow> {
                 profile: p,
                 window,
                 seconds: c.seconds,
+                runs: r.runs(&k0).max(r.runs(&kw)),
+                hold0_runs: r.all(&k0, "mbps").unwrap_or_default(),
+                win_runs: r.all(&kw, "mbps").unwrap_or_default(),
                 line: r.num(&seed_key(p.twin, window, true), "mbps"),
                 line_same_run: p.twin == p.key,
                 hold0: r.num(&k0, "mbps"),
@@ -1006,10 +1106,11 @@ fn print_text(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Check], total: 
         println!("             braid with ReorderHold = 0 over the same line WITHOUT its jitter (a line that does not");
         println!("             reorder); * = that is this row's own ReorderHold = 0 run, not a separate measurement");
         println!("   hold 0  = braid, ReorderHold = 0 (window off)       window = braid, default ReorderHold (adaptive)");
+        println!("   runs    = transfer length; \"3×5s med.\" = the median of 3 interleaved runs of 5 s, each on fresh tunnels");
         println!();
         println!(
-            "   {:<16} {:>6} {:>5} {:>10} {:>10} {:>10}",
-            "line profile", "-w", "run", "line", "hold 0", "window"
+            "   {:<16} {:>6} {:>12} {:>10} {:>10} {:>10}",
+            "line profile", "-w", "runs", "line", "hold 0", "window"
         );
         for row in rows {
             let line = fmt_mbps(&row.line)
@@ -1019,10 +1120,14 @@ fn print_text(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Check], total: 
                     " "
                 };
             println!(
-                "   {:<16} {:>6} {:>4}s {:>10} {:>9}  {:>9} ",
+                "   {:<16} {:>6} {:>12} {:>10} {:>9}  {:>9} ",
                 row.profile.label,
                 row.window,
-                row.seconds,
+                if row.runs > 1 {
+                    format!("{}×{}s med.", row.runs, row.seconds)
+                } else {
+                    format!("{}s", row.seconds)
+                },
                 line,
                 fmt_mbps(&row.hold0),
                 fmt_mbps(&row.win)
@@ -1171,6 +1276,7 @@ fn print_json(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Check], total: 
             };
             let mut v = json!({
                 "key": c.key,
+                "run": c.run,
                 "label": c.label,
                 "mode": c.setup.mode,
                 "reorder_hold": c.setup.hold,
@@ -1198,8 +1304,11 @@ fn print_json(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Check], total: 
                 "seconds": row.seconds,
                 "line_mbps": ok(&row.line),
                 "line_is_hold0_without_jitter": true,
+                "runs": row.runs,
                 "hold0_mbps": ok(&row.hold0),
                 "window_mbps": ok(&row.win),
+                "hold0_runs_mbps": row.hold0_runs,
+                "window_runs_mbps": row.win_runs,
             })
         })
         .collect();
