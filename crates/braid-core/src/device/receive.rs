@@ -32,6 +32,36 @@ fn inner_packet(device: &Device, pid: PeerId, plain: &[u8]) -> Option<usize> {
     (len <= plain.len() && len >= 20 && owner == Some(pid)).then_some(len)
 }
 
+/// An IPv4/IPv6 TCP segment that carries no data and only acknowledges
+/// (no SYN, FIN or RST).
+fn is_pure_tcp_ack(packet: &[u8]) -> bool {
+    const TCP: u8 = 6;
+    let (proto, ip_header, total) = match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= 20 => (
+            packet[9],
+            usize::from(packet[0] & 0x0f) * 4,
+            usize::from(u16::from_be_bytes([packet[2], packet[3]])),
+        ),
+        Some(6) if packet.len() >= 40 => (
+            packet[6],
+            40,
+            40 + usize::from(u16::from_be_bytes([packet[4], packet[5]])),
+        ),
+        _ => return false,
+    };
+    if proto != TCP || packet.len() < ip_header + 20 {
+        return false;
+    }
+    let tcp = &packet[ip_header..];
+    let data_offset = usize::from(tcp[12] >> 4) * 4;
+    let flags = tcp[13];
+    const FIN: u8 = 0x01;
+    const SYN: u8 = 0x02;
+    const RST: u8 = 0x04;
+    const ACK: u8 = 0x10;
+    total == ip_header + data_offset && flags & ACK != 0 && flags & (FIN | SYN | RST) == 0
+}
+
 impl Device {
     /// Processes every datagram of `batch` (as received from UDP, at offset
     /// 0, with source addresses). Data messages become IP packets for the
@@ -188,6 +218,16 @@ impl Device {
         }
         let mask = p.live_path_mask();
         p.reorder.set_live_paths(mask);
+        // A pure TCP ACK gains nothing from waiting (a sender ignores an ACK
+        // older than one it has seen) and holding it would stretch the
+        // round trip by the jitter: it goes out now, and an empty packet
+        // keeps its counter's place in the window.
+        if is_pure_tcp_ack(packet) {
+            if let InsertOutcome::Ready = p.reorder.insert(now, counter, path, &[]) {
+                self.reorder_ready_add(pid);
+            }
+            return true;
+        }
         match p.reorder.insert(now, counter, path, packet) {
             // Bigger than the window's slots (an MTU raised at run time):
             // better out of order than lost.
@@ -237,6 +277,50 @@ impl Device {
         if old && !p.sent_lastminute_handshake {
             p.sent_lastminute_handshake = true;
             self.initiate(now, pid, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_pure_tcp_ack;
+
+    fn ipv4_tcp(payload: usize, flags: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 40 + payload];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&((40 + payload) as u16).to_be_bytes());
+        p[9] = 6;
+        p[20 + 12] = 5 << 4;
+        p[20 + 13] = flags;
+        p
+    }
+
+    #[test]
+    fn pure_ack_case_table() {
+        // (packet, is a pure ACK)
+        let mut v6 = vec![0u8; 60];
+        v6[0] = 0x60;
+        v6[4..6].copy_from_slice(&20u16.to_be_bytes());
+        v6[6] = 6;
+        v6[40 + 12] = 5 << 4;
+        v6[40 + 13] = 0x10;
+        let mut udp = ipv4_tcp(0, 0x10);
+        udp[9] = 17;
+        let cases: Vec<(Vec<u8>, bool)> = vec![
+            (ipv4_tcp(0, 0x10), true),
+            (ipv4_tcp(0, 0x18), true), // ACK+PSH, no data
+            (ipv4_tcp(1, 0x10), false),
+            (ipv4_tcp(0, 0x12), false), // SYN-ACK
+            (ipv4_tcp(0, 0x11), false), // FIN-ACK
+            (ipv4_tcp(0, 0x14), false), // RST-ACK
+            (ipv4_tcp(0, 0x00), false),
+            (udp, false),
+            (v6, true),
+            (vec![0x45; 10], false),
+            (vec![], false),
+        ];
+        for (i, (p, want)) in cases.iter().enumerate() {
+            assert_eq!(is_pure_tcp_ack(p), *want, "case {i}");
         }
     }
 }
