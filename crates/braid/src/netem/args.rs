@@ -37,6 +37,9 @@ pub struct Config {
     pub json: bool,
     pub duration: Option<Duration>,
     pub max_clients: usize,
+    /// Run at real-time priority (SCHED_FIFO), for delays that stay
+    /// precise on a busy machine.
+    pub realtime: bool,
 }
 
 pub const USAGE: &str = "\
@@ -69,6 +72,8 @@ options:
   --json                  print counters as JSON
   --duration 10s          stop by itself after this long
   --max-clients 1024      clients served at once (least recently seen is evicted)
+  --realtime              real-time priority (SCHED_FIFO): delays stay precise
+                          when other work competes for the CPU
 
 signals: SIGUSR1 cuts, SIGUSR2 restores, SIGINT/SIGTERM stop and print counters.
 ";
@@ -88,6 +93,7 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
     let mut json = false;
     let mut duration = None;
     let mut max_clients = DEFAULT_MAX_CLIENTS;
+    let mut realtime = false;
 
     let mut it = Flags::new(args);
     while let Some(flag) = it.next_flag()? {
@@ -122,6 +128,7 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
                 stats_interval = Some(d);
             }
             "--json" => json = true,
+            "--realtime" => realtime = true,
             "--duration" => {
                 let v = it.value(&flag)?;
                 duration = Some(parse_duration(&flag, &v)?);
@@ -155,6 +162,7 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
         json,
         duration,
         max_clients,
+        realtime,
     }))
 }
 
