@@ -248,6 +248,29 @@ impl UdpSocket {
         self.recv_into(batch, None)
     }
 
+    /// Connects the socket to `to` (connect(2)): the kernel then delivers
+    /// only datagrams from `to` to it, and reports ICMP errors.
+    pub fn connect(&self, to: SocketAddr) -> io::Result<()> {
+        // SAFETY: all-zero sockaddr_storage is valid.
+        let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
+        let len = encode_addr(to, self.ipv6, &mut ss).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{to} is not reachable from this socket's family"),
+            )
+        })?;
+        // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
+        crate::cvt(unsafe {
+            libc::connect(
+                self.fd.as_raw_fd(),
+                (&ss as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        })
+        .map(drop)
+        .map_err(|e| io::Error::new(e.kind(), format!("connect UDP {to}: {e}")))
+    }
+
     /// Asks the kernel to stamp every received datagram with its arrival
     /// time (SO_TIMESTAMPNS), for [`recv_batch_timed`](Self::recv_batch_timed).
     pub fn enable_rx_timestamps(&self) -> io::Result<()> {
@@ -457,8 +480,9 @@ impl AsFd for UdpSocket {
     }
 }
 
-/// The SCM_TIMESTAMPNS arrival time in a received message's control data.
-fn arrival_time(msg: &libc::msghdr) -> Option<SystemTime> {
+/// The SCM_TIMESTAMPNS arrival time in a received message's control data
+/// (for callers that run recvmmsg themselves, like the netem benchmark).
+pub fn arrival_time(msg: &libc::msghdr) -> Option<SystemTime> {
     // SAFETY: `msg` was filled by recvmmsg with a control buffer we own;
     // the CMSG_* helpers walk it within msg_controllen, and CMSG_DATA of a
     // SCM_TIMESTAMPNS message holds a timespec (read unaligned to be safe).

@@ -218,7 +218,7 @@ fn receiver(
             let (now, wall) = (Instant::now(), SystemTime::now());
             let n = n as usize;
             for k in 0..n {
-                let at = kernel_stamp(&hdrs[k].msg_hdr)
+                let at = braid_io::udp::arrival_time(&hdrs[k].msg_hdr)
                     .and_then(|t| wall.duration_since(t).ok())
                     .and_then(|age| now.checked_sub(age))
                     .unwrap_or(now);
@@ -229,25 +229,6 @@ fn receiver(
             on_batch(&got[..n]);
         }
     })
-}
-
-/// The SCM_TIMESTAMPNS time of a received message, if the kernel gave one.
-fn kernel_stamp(msg: &libc::msghdr) -> Option<SystemTime> {
-    // SAFETY: `msg` was filled by recvmmsg with a control buffer we own;
-    // CMSG_* walk it within msg_controllen.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                return Some(
-                    SystemTime::UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
-                );
-            }
-            c = libc::CMSG_NXTHDR(msg, c);
-        }
-    }
-    None
 }
 
 /// Sends as fast as it can (`every` None) or `per_tick` datagrams every

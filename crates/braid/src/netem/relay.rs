@@ -272,52 +272,8 @@ fn upstream_socket(to: SocketAddr) -> io::Result<UdpSocket> {
     let sock = UdpSocket::bind_addr(local)?;
     // Kernel arrival times, so the delay line does not add our wake-up lag.
     sock.enable_rx_timestamps()?;
-    connect(sock.as_raw_fd(), to)?;
+    sock.connect(to)?;
     Ok(sock)
-}
-
-/// connect(2) for a UDP socket: the kernel then only delivers datagrams
-/// from `to` to it.
-fn connect(fd: i32, to: SocketAddr) -> io::Result<()> {
-    // SAFETY: all-zero sockaddr_storage is valid.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let ptr: *mut libc::sockaddr_storage = &mut ss;
-    let len = match to {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is large and aligned enough for a
-            // sockaddr_in; `ptr` comes from a live &mut.
-            unsafe { ptr.cast::<libc::sockaddr_in>().write(sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: as above, for sockaddr_in6.
-            unsafe { ptr.cast::<libc::sockaddr_in6>().write(sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
-    let r = unsafe { libc::connect(fd, ptr.cast(), len as libc::socklen_t) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// One direction of the line.
