@@ -1,3 +1,4 @@
+pub mod bench_crypto;
 pub mod bench_lines;
 pub mod cidr;
 pub mod config;

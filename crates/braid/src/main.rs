@@ -81,6 +81,12 @@ enum BenchCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// AEAD throughput, `openssl speed` style, next to openssl's own numbers.
+    #[command(disable_help_flag = true)]
+    Crypto {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -102,6 +108,7 @@ fn main() -> ExitCode {
         Command::Netem { args } => braid::netem::run(&args),
         Command::Bench(BenchCommand::Netem { args }) => braid::netem::bench::run(&args),
         Command::Bench(BenchCommand::Lines { args }) => braid::bench_lines::run(&args),
+        Command::Bench(BenchCommand::Crypto { args }) => braid::bench_crypto::run(&args),
         Command::Interface(args) => interface(&args),
     };
     match result {
