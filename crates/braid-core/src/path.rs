@@ -94,6 +94,9 @@ pub struct Path {
     echo_bits: u128,
     /// Aggregate mode: deficit in bytes (weighted round robin).
     pub deficit: i64,
+    /// Aggregate mode: this path's share, recomputed only when a probe or
+    /// an echo changes what it depends on (not per packet).
+    weight: f64,
 }
 
 impl Path {
@@ -116,6 +119,7 @@ impl Path {
             highest_probe_seq_received: None,
             echo_bits: 0,
             deficit: 0,
+            weight: 1.0,
         }
     }
 
@@ -141,6 +145,7 @@ impl Path {
         self.next_probe_seq = self.next_probe_seq.wrapping_add(1);
         self.echo_bits <<= 1;
         self.counters.probes_sent += 1;
+        self.weight = self.compute_weight();
         seq
     }
 
@@ -175,6 +180,18 @@ impl Path {
                 self.srtt = Some((srtt * 7 + rtt) / 8);
             }
         }
+        self.weight = self.compute_weight();
+    }
+
+    /// Share of traffic in aggregate mode: a line whose RTT has grown well
+    /// above its minimum is queueing (full), so it gets less; so does a
+    /// lossy one. 1.0 when idle; halves for every 20 ms of standing queue.
+    fn compute_weight(&self) -> f64 {
+        let queueing = match (self.srtt, self.min_rtt) {
+            (Some(s), Some(m)) => s.saturating_sub(m).as_secs_f64(),
+            _ => 0.0,
+        };
+        0.5f64.powf(queueing / 0.020) * (1.0 - self.loss()).max(0.05)
     }
 
     /// Round-trip probe loss over the recent window (excluding probes too
@@ -295,18 +312,11 @@ pub fn select(
 /// Bytes of credit a weight of 1.0 earns per round.
 const AGGREGATE_QUANTUM: usize = 64 * 1024;
 
-/// Share of traffic per path: lines whose RTT has grown well above their
-/// minimum are queueing (full), so they get less; lossy lines get less.
+/// Each path's current aggregate share.
 fn aggregate_weights(paths: &[Path]) -> [f64; MAX_PATHS] {
     let mut w = [0.0; MAX_PATHS];
     for (i, p) in paths.iter().enumerate().take(MAX_PATHS) {
-        let queueing = match (p.srtt, p.min_rtt) {
-            (Some(s), Some(m)) => s.saturating_sub(m).as_secs_f64(),
-            _ => 0.0,
-        };
-        // 1.0 when idle; halves for every 20 ms of standing queue.
-        let congestion = 0.5f64.powf(queueing / 0.020);
-        w[i] = congestion * (1.0 - p.loss()).max(0.05);
+        w[i] = p.weight;
     }
     w
 }
