@@ -6,8 +6,9 @@
 //! the reorder window follows.
 //!
 //! Payloads (little-endian), first byte the kind:
-//! - `Hello { path }`: "I speak braid"; sent on every path after a
-//!   handshake, it also tells the responder which paths exist.
+//! - `Hello { path, flags }`: "I speak braid"; sent on every path after a
+//!   handshake, it also tells the responder which paths exist, and in
+//!   `flags` what the sender offers (`HELLO_OFFERS_AES`).
 //! - `Probe { path, seq, sent_us, rx_probes }` and `Echo { … }`: RTT, loss
 //!   in both directions, liveness; `path` is the prober's path index,
 //!   `sent_us` its clock, echoed unchanged.
@@ -17,13 +18,16 @@ pub const MAX_PAYLOAD: usize = 32;
 pub const NONCE_PREFIX: [u8; 4] = *b"brd1";
 pub const VERSION: u8 = 1;
 
+/// Hello flag: the sender can open AES-256-GCM data on this session.
+pub const HELLO_OFFERS_AES: u8 = 1;
+
 const KIND_HELLO: u8 = 1;
 const KIND_PROBE: u8 = 2;
 const KIND_ECHO: u8 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtMessage {
-    Hello { version: u8, path: u8 },
+    Hello { version: u8, path: u8, flags: u8 },
     Probe(ProbeBody),
     Echo(ProbeBody),
 }
@@ -44,9 +48,13 @@ impl ExtMessage {
     /// Writes the payload into `out`; returns its length.
     pub fn encode(&self, out: &mut [u8; MAX_PAYLOAD]) -> usize {
         match *self {
-            ExtMessage::Hello { version, path } => {
-                out[..3].copy_from_slice(&[KIND_HELLO, version, path]);
-                3
+            ExtMessage::Hello {
+                version,
+                path,
+                flags,
+            } => {
+                out[..4].copy_from_slice(&[KIND_HELLO, version, path, flags]);
+                4
             }
             ExtMessage::Probe(b) | ExtMessage::Echo(b) => {
                 out[0] = if matches!(self, ExtMessage::Probe(_)) {
@@ -66,9 +74,10 @@ impl ExtMessage {
     /// Parses a payload; `None` unless kind and length match exactly.
     pub fn decode(payload: &[u8]) -> Option<ExtMessage> {
         match (payload.first()?, payload.len()) {
-            (&KIND_HELLO, 3) => Some(ExtMessage::Hello {
+            (&KIND_HELLO, 4) => Some(ExtMessage::Hello {
                 version: payload[1],
                 path: payload[2],
+                flags: payload[3],
             }),
             (&kind @ (KIND_PROBE | KIND_ECHO), PROBE_LEN) => {
                 let body = ProbeBody {
@@ -98,6 +107,7 @@ mod tests {
             ExtMessage::Hello {
                 version: 1,
                 path: 3,
+                flags: HELLO_OFFERS_AES,
             },
             ExtMessage::Probe(ProbeBody {
                 path: 1,

@@ -3,6 +3,7 @@
 
 pub mod allowed_ips;
 pub mod batch;
+pub mod cipher;
 pub mod consts;
 pub mod cookie;
 pub mod crypto;

@@ -13,6 +13,9 @@ pub const TYPE_DATA: u8 = 4;
 /// braid's extension messages (probes, hello) between braid peers. Stock
 /// WireGuard drops unknown types unread, so it never sees them.
 pub const TYPE_BRAID: u8 = 0x62;
+/// A data message sealed with AES-256-GCM, sent only to a braid peer that
+/// offered it (see `cipher`); otherwise laid out exactly like `TYPE_DATA`.
+pub const TYPE_DATA_AES: u8 = 0x63;
 
 pub const INITIATION_LEN: usize = 148;
 pub const RESPONSE_LEN: usize = 92;
@@ -77,7 +80,7 @@ pub fn classify(datagram: &[u8]) -> Option<Kind> {
         (TYPE_INITIATION, INITIATION_LEN) => Some(Kind::Initiation),
         (TYPE_RESPONSE, RESPONSE_LEN) => Some(Kind::Response),
         (TYPE_COOKIE_REPLY, COOKIE_REPLY_LEN) => Some(Kind::CookieReply),
-        (TYPE_DATA, n) if n >= DATA_MIN_LEN => Some(Kind::Data),
+        (TYPE_DATA | TYPE_DATA_AES, n) if n >= DATA_MIN_LEN => Some(Kind::Data),
         (TYPE_BRAID, n) if n > DATA_MIN_LEN && n <= DATA_MIN_LEN + crate::ext::MAX_PAYLOAD => {
             Some(Kind::Braid)
         }

@@ -49,6 +49,8 @@ pub struct Peer {
     /// (the plain `Endpoint`, or the first configured path).
     pub paths: Vec<Path>,
     pub mode: Mode,
+    /// This peer's `Cipher =`; `None` follows the interface's.
+    pub cipher: Option<crate::cipher::CipherPolicy>,
     /// The peer answered our braid hello (or sent one): extensions are on.
     pub speaks_braid: bool,
     /// Hellos still to send for the current session before concluding the
@@ -85,6 +87,7 @@ impl Peer {
             remote: RemoteStatic::new(local, public, [0; 32]),
             paths: Vec::new(),
             mode: Mode::default(),
+            cipher: None,
             speaks_braid: false,
             hellos_left: 0,
             reorder: ReorderWindow::new(ReorderConfig::default()),

@@ -5,17 +5,21 @@
 //! `next` until the first data message proves the initiator has it too; only
 //! then may the responder send with it.
 
+use crate::cipher::{self, DataCipher, DataKeys};
 use crate::consts::{REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME};
-use crate::crypto::{self, TAG_LEN};
+use crate::crypto::TAG_LEN;
 use crate::messages::{self, DATA_HEADER_LEN};
 use crate::noise::SessionKeys;
 use crate::replay::ReplayWindow;
-use ring::aead::{Aad, LessSafeKey, Tag};
+use ring::aead::Aad;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub struct Keypair {
-    send: LessSafeKey,
-    recv: LessSafeKey,
+    keys: Arc<DataKeys>,
+    /// The cipher our data goes out with: ChaCha20-Poly1305 until the peer
+    /// offered AES-256-GCM on this session (and we did too).
+    send_cipher: DataCipher,
     send_counter: u64,
     pub local_index: u32,
     pub remote_index: u32,
@@ -29,16 +33,19 @@ pub struct Keypair {
 }
 
 impl Keypair {
+    /// A session from a completed handshake; `offer_aes` derives the
+    /// AES-256-GCM keys too, so the peer may switch to them.
     pub fn new(
         keys: &SessionKeys,
         local_index: u32,
         remote_index: u32,
         created: Instant,
         initiator: bool,
+        offer_aes: bool,
     ) -> Self {
         Keypair {
-            send: crypto::aead_key(&keys.send),
-            recv: crypto::aead_key(&keys.recv),
+            keys: Arc::new(DataKeys::new(&keys.send, &keys.recv, offer_aes)),
+            send_cipher: DataCipher::ChaCha20Poly1305,
             send_counter: 0,
             local_index,
             remote_index,
@@ -63,31 +70,54 @@ impl Keypair {
         self.age(now) < REJECT_AFTER_TIME && self.send_counter < REJECT_AFTER_MESSAGES
     }
 
-    /// Encrypts the packet at `buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len]`
-    /// in place into a data message; `padded` >= `len` is the plaintext
-    /// length after WireGuard's zero padding. Returns the datagram length.
-    pub fn seal_in_place(&mut self, buf: &mut [u8], len: usize, padded: usize) -> usize {
+    /// The keys, for sealing and opening outside the device (other threads).
+    pub fn keys(&self) -> &Arc<DataKeys> {
+        &self.keys
+    }
+
+    pub fn send_cipher(&self) -> DataCipher {
+        self.send_cipher
+    }
+
+    /// The peer said (in an authenticated hello on this session) whether it
+    /// offers AES-256-GCM; data moves to it when we offered it as well.
+    pub fn set_peer_offers_aes(&mut self, offers: bool) {
+        self.send_cipher = if offers && self.keys.has_aes() {
+            DataCipher::Aes256Gcm
+        } else {
+            DataCipher::ChaCha20Poly1305
+        };
+    }
+
+    /// Takes the next counter and writes the data message header and padding
+    /// around the packet at `buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len]`;
+    /// `padded` >= `len` is the plaintext length after WireGuard's zero
+    /// padding. Returns the datagram length; [`DataKeys::seal`] on
+    /// `buf[..that]` finishes the message.
+    pub fn prepare_seal(&mut self, buf: &mut [u8], len: usize, padded: usize) -> usize {
         let counter = self.send_counter;
         self.send_counter += 1;
-        buf[DATA_HEADER_LEN + len..DATA_HEADER_LEN + padded].fill(0);
-        messages::write_header(buf, messages::TYPE_DATA);
-        buf[messages::data::RECEIVER..messages::data::RECEIVER + 4]
-            .copy_from_slice(&self.remote_index.to_le_bytes());
-        buf[messages::data::COUNTER..messages::data::COUNTER + 8]
-            .copy_from_slice(&counter.to_le_bytes());
-        let body = &mut buf[DATA_HEADER_LEN..DATA_HEADER_LEN + padded];
-        let tag: Tag = self
-            .send
-            .seal_in_place_separate_tag(crypto::nonce(counter), Aad::empty(), body)
-            .expect("packet length is within ChaCha20-Poly1305 limits");
-        let end = DATA_HEADER_LEN + padded;
-        buf[end..end + TAG_LEN].copy_from_slice(tag.as_ref());
-        end + TAG_LEN
+        let (cipher, remote) = (self.send_cipher, self.remote_index);
+        cipher::write_data_header(buf, cipher, remote, counter, len, padded)
+    }
+
+    /// Encrypts the packet at `buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len]`
+    /// in place into a data message; returns the datagram length.
+    pub fn seal_in_place(&mut self, buf: &mut [u8], len: usize, padded: usize) -> usize {
+        let n = self.prepare_seal(buf, len, padded);
+        self.keys.seal(&mut buf[..n]);
+        n
     }
 
     /// Cheap pre-decryption replay check.
     pub fn may_accept(&self, counter: u64) -> bool {
         counter < REJECT_AFTER_MESSAGES && self.replay.check(counter)
+    }
+
+    /// After a message with `counter` authenticated: moves the replay window.
+    /// False if it was a replay after all (a copy opened meanwhile).
+    pub fn accept(&mut self, counter: u64) -> bool {
+        self.replay.update(counter)
     }
 
     /// Decrypts a data message in place; returns the plaintext length (at
@@ -98,16 +128,8 @@ impl Keypair {
         if !self.may_accept(counter) {
             return Err(OpenError::Replayed);
         }
-        let plain = self
-            .recv
-            .open_in_place(
-                crypto::nonce(counter),
-                Aad::empty(),
-                &mut datagram[DATA_HEADER_LEN..],
-            )
-            .map_err(|_| OpenError::Auth)?
-            .len();
-        if !self.replay.update(counter) {
+        let plain = self.keys.open(datagram).map_err(|_| OpenError::Auth)?;
+        if !self.accept(counter) {
             return Err(OpenError::Replayed);
         }
         Ok(plain)
@@ -135,7 +157,9 @@ impl Keypair {
         let end = DATA_HEADER_LEN + payload.len();
         out[DATA_HEADER_LEN..end].copy_from_slice(payload);
         let tag = self
-            .send
+            .keys
+            .chacha()
+            .0
             .seal_in_place_separate_tag(
                 ext_nonce(counter),
                 Aad::empty(),
@@ -154,7 +178,9 @@ impl Keypair {
             return Err(OpenError::Replayed);
         }
         let n = self
-            .recv
+            .keys
+            .chacha()
+            .1
             .open_in_place(
                 ext_nonce(counter),
                 Aad::empty(),

@@ -12,7 +12,7 @@ use braid_core::batch::{PacketBatch, HEADROOM};
 use braid_core::consts::*;
 use braid_core::device::Device;
 use braid_core::link::{apply_corruption, Fate, JitterDist, LinkModel, LinkParams};
-use braid_core::messages::TYPE_DATA;
+use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
@@ -304,7 +304,7 @@ impl Pair {
             Side::A => &mut self.arrivals_a,
             Side::B => &mut self.arrivals_b,
         };
-        if f.kind != TYPE_DATA {
+        if f.kind != TYPE_DATA && f.kind != TYPE_DATA_AES {
             return;
         }
         if f.corrupted {

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
+use braid_core::cipher::CipherPolicy;
 use braid_core::path::{Mode, MAX_PATHS};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +43,8 @@ pub struct InterfaceConfig {
     pub pre_down: Vec<String>,
     pub post_down: Vec<String>,
     pub save_config: bool,
+    /// braid: the data cipher between braid peers (`Cipher =`, default auto).
+    pub cipher: CipherPolicy,
 }
 
 /// wg-quick's `Table =`: which routing table receives the AllowedIPs routes.
@@ -69,6 +72,8 @@ pub struct PeerConfig {
     pub reorder_hold: Option<Duration>,
     /// braid: reorder window size in packets (`ReorderCapacity =`).
     pub reorder_capacity: Option<usize>,
+    /// braid: this peer's `Cipher =`; `None` follows the interface's.
+    pub cipher: Option<CipherPolicy>,
 }
 
 /// One `Path =` line: a local line (interface or source address, or the
@@ -282,6 +287,7 @@ struct InterfaceBuilder {
     pre_down: Vec<String>,
     post_down: Vec<String>,
     save_config: Slot<bool>,
+    cipher: Slot<CipherPolicy>,
 }
 
 #[derive(Default)]
@@ -296,6 +302,7 @@ struct PeerBuilder {
     mode: Slot<Mode>,
     reorder_hold: Slot<Duration>,
     reorder_capacity: Slot<usize>,
+    cipher: Slot<CipherPolicy>,
 }
 
 enum Section {
@@ -373,6 +380,7 @@ impl InterfaceBuilder {
             "predown" => extend(&mut self.pre_down, "PreDown", Ok(vec![value.to_string()])),
             "postdown" => extend(&mut self.post_down, "PostDown", Ok(vec![value.to_string()])),
             "saveconfig" => set_once(&mut self.save_config, "SaveConfig", parse_bool(value), line),
+            "cipher" => set_once(&mut self.cipher, "Cipher", parse_cipher(value), line),
             _ => Err(key_err(raw_key, "unknown key in [Interface] section")),
         }
     }
@@ -417,6 +425,7 @@ impl PeerBuilder {
                 Ok(())
             }
             "mode" => set_once(&mut self.mode, "Mode", parse_mode(value), line),
+            "cipher" => set_once(&mut self.cipher, "Cipher", parse_cipher(value), line),
             "reorderhold" => set_once(&mut self.reorder_hold, "ReorderHold", parse_hold(value), line),
             "reordercapacity" => set_once(
                 &mut self.reorder_capacity,
@@ -578,6 +587,7 @@ impl Parser<'_> {
                 mode: p.mode.map_or(Mode::default(), |v| v.0),
                 reorder_hold: p.reorder_hold.map(|v| v.0),
                 reorder_capacity: p.reorder_capacity.map(|v| v.0),
+                cipher: p.cipher.map(|v| v.0),
             });
         }
         Ok(Config {
@@ -594,6 +604,7 @@ impl Parser<'_> {
                 pre_down: iface.pre_down,
                 post_down: iface.post_down,
                 save_config: iface.save_config.is_some_and(|v| v.0),
+                cipher: iface.cipher.map(|v| v.0).unwrap_or_default(),
             },
             peers,
         })
@@ -697,6 +708,11 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 pub const MAX_REORDER_CAPACITY: usize = 65536;
 /// Largest `ReorderHold` accepted.
 pub const MAX_REORDER_HOLD: Duration = Duration::from_secs(10);
+
+fn parse_cipher(s: &str) -> Result<CipherPolicy, String> {
+    CipherPolicy::parse(s)
+        .ok_or_else(|| format!("unknown cipher {s:?} (expected {})", CipherPolicy::NAMES))
+}
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
     match s.to_ascii_lowercase().as_str() {
@@ -911,6 +927,13 @@ mod tests {
                 c.interface.table == Table::Id(255) && c.interface.fwmark == Some(51820)
             }),
             ("  [Interface]   # hi\n\tPrivateKey\t=\t{SK}   # trailing\n\n\n", |c| c.peers.is_empty()),
+            ("[Interface]\nPrivateKey={SK}\nCipher = AES256GCM\n[Peer]\nPublicKey={PEER}\nCipher = chacha20poly1305", |c| {
+                c.interface.cipher == CipherPolicy::Aes256Gcm
+                    && c.peers[0].cipher == Some(CipherPolicy::ChaCha20Poly1305)
+            }),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}", |c| {
+                c.interface.cipher == CipherPolicy::Auto && c.peers[0].cipher.is_none()
+            }),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = line1 bind=veth1 endpoint=198.18.1.1:51820\nPath = line2 bind=198.18.2.2 endpoint=198.18.2.1:51820\nPath = line3 endpoint=[2001:db8::1]:1\nMode = Failover\nReorderHold = 333ms\nReorderCapacity = 2048", |c| {
                 let p = &c.peers[0];
                 p.paths.len() == 3
@@ -985,6 +1008,8 @@ mod tests {
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 endpoint=198.18.0.1:1\nPath = l1 endpoint=198.18.0.2:1", Some(6), Some("Path"), "exists already"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = bad/name endpoint=198.18.0.1:1", Some(5), Some("Path"), "invalid path name"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMode = striped", Some(5), Some("Mode"), "unknown mode \"striped\""),
+            ("[Interface]\nPrivateKey={SK}\nCipher = des\n", Some(3), Some("Cipher"), "unknown cipher \"des\""),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nCipher = aes\n", Some(5), Some("Cipher"), "unknown cipher \"aes\""),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 5", Some(5), Some("ReorderHold"), "needs a unit"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 3 weeks", Some(5), Some("ReorderHold"), "unknown unit"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 60s", Some(5), Some("ReorderHold"), "above the maximum"),

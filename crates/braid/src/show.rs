@@ -102,6 +102,9 @@ pub fn render_text(name: &str, snap: &DeviceSnapshot, now: SystemTime, color: bo
                 pretty_time(&p, u64::from(peer.persistent_keepalive_interval))
             );
         }
+        if !peer.cipher.is_empty() {
+            let _ = writeln!(out, "  {b}cipher{r}: {}", peer.cipher);
+        }
         extra_lines(&mut out, &p, &peer.extra);
         if !peer.mode.is_empty() && peer.paths.len() > 1 {
             let _ = writeln!(out, "  {b}braid mode{r}: {}", peer.mode);

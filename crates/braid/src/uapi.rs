@@ -173,6 +173,8 @@ pub struct PeerSnapshot {
     pub mode: String,
     /// braid: the lines to this peer and what each measured.
     pub paths: Vec<PathSnapshot>,
+    /// braid: the data cipher of the current session (empty: none/unknown).
+    pub cipher: String,
 }
 
 /// One line to a peer, as `braid show` reports it.
@@ -210,6 +212,7 @@ impl PeerSnapshot {
             allowed_ips: Vec::new(),
             extra: Vec::new(),
             mode: String::new(),
+            cipher: String::new(),
             paths: Vec::new(),
         }
     }
@@ -574,6 +577,8 @@ pub(crate) struct PeerJson {
     mode: String,
     #[serde(default)]
     paths: Vec<PathSnapshot>,
+    #[serde(default)]
+    cipher: String,
 }
 
 /// Single-line JSON of a snapshot, without the private or preshared keys.
@@ -606,6 +611,7 @@ pub(crate) fn json_view(snap: &DeviceSnapshot) -> DeviceJson {
                     extra: p.extra.clone(),
                     mode: p.mode.clone(),
                     paths: p.paths.clone(),
+                    cipher: p.cipher.clone(),
                 }
             })
             .collect(),
@@ -645,6 +651,7 @@ pub fn snapshot_from_json(json: &str) -> Result<DeviceSnapshot, serde_json::Erro
                 extra: p.extra,
                 mode: p.mode,
                 paths: p.paths,
+                cipher: p.cipher,
             })
             .collect(),
         extra: dev.extra,

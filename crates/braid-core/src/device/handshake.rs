@@ -127,6 +127,7 @@ impl Device {
         p.last_initiation_consumed = Some(now);
 
         let index = self.new_index(IndexEntry::Session(pid));
+        let offer_aes = self.offers_aes(pid);
         let ephemeral = StaticSecret::from(self.random_bytes::<32>());
         let p = self.peers[pid].as_mut().expect("indexed peer exists");
         let mut response = [0u8; RESPONSE_LEN];
@@ -138,6 +139,7 @@ impl Device {
             received.remote_index,
             now,
             false,
+            offer_aes,
         ));
 
         let mut dropped = std::mem::take(&mut self.scratch_indices);
@@ -185,7 +187,9 @@ impl Device {
             return;
         };
         p.handshake = None;
-        let kp = Box::new(Keypair::new(&keys, receiver, sender, now, true));
+        let offer_aes = self.offers_aes(pid);
+        let p = self.peers[pid].as_mut().expect("checked above");
+        let kp = Box::new(Keypair::new(&keys, receiver, sender, now, true, offer_aes));
         let mut dropped = std::mem::take(&mut self.scratch_indices);
         p.keypairs.install(kp, &mut dropped);
         p.authenticated_rx(now, line, src, msg.len());

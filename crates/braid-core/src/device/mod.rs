@@ -19,6 +19,7 @@ mod send;
 
 use crate::allowed_ips::{AllowedIps, InvalidPrefix};
 use crate::batch::PacketBatch;
+use crate::cipher::CipherPolicy;
 use crate::consts::*;
 use crate::cookie::CookieChecker;
 use crate::messages::INITIATION_LEN;
@@ -80,6 +81,8 @@ pub struct PeerInfo {
     pub paths: Vec<crate::path::Path>,
     pub mode: crate::path::Mode,
     pub speaks_braid: bool,
+    /// The cipher data to this peer goes out with now (`None`: no session).
+    pub cipher: Option<crate::cipher::DataCipher>,
     pub persistent_keepalive: u16,
     pub reorder: ReorderCounters,
     pub reorder_hold: Duration,
@@ -111,6 +114,9 @@ pub struct Device {
     /// braid's extensions (hello, probes, multipath); off = behave exactly
     /// like stock WireGuard.
     extensions: bool,
+    /// The interface's `Cipher =` and whether this CPU has AES instructions.
+    cipher: CipherPolicy,
+    aes_hardware: bool,
     pub counters: DeviceCounters,
 }
 
@@ -137,6 +143,8 @@ impl Device {
             under_load_until: None,
             scratch_indices: Vec::new(),
             extensions: true,
+            cipher: CipherPolicy::Auto,
+            aes_hardware: crate::cipher::aes_hardware(),
             counters: DeviceCounters::default(),
         }
     }
@@ -166,6 +174,33 @@ impl Device {
 
     pub fn public_key(&self) -> Option<[u8; 32]> {
         self.local.as_ref().map(|l| l.public)
+    }
+
+    /// The interface's data cipher policy (peers may override it).
+    pub fn set_cipher(&mut self, policy: CipherPolicy) {
+        self.cipher = policy;
+    }
+
+    /// One peer's cipher policy; `None` follows the interface's.
+    pub fn set_peer_cipher(&mut self, pid: PeerId, policy: Option<CipherPolicy>) {
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.cipher = policy;
+        }
+    }
+
+    /// Overrides the AES hardware detection (tests; a CPU without AES).
+    pub fn set_aes_hardware(&mut self, present: bool) {
+        self.aes_hardware = present;
+    }
+
+    /// Whether new sessions with `pid` offer AES-256-GCM. Never without
+    /// the extensions: a stock-WireGuard-mode device only speaks ChaCha.
+    pub(super) fn offers_aes(&self, pid: PeerId) -> bool {
+        let policy = self.peers[pid]
+            .as_ref()
+            .and_then(|p| p.cipher)
+            .unwrap_or(self.cipher);
+        self.extensions && policy.offers_aes(self.aes_hardware)
     }
 
     /// Turns braid's extensions on (the default) or off.
@@ -314,6 +349,7 @@ impl Device {
             paths: p.paths.clone(),
             mode: p.mode,
             speaks_braid: p.speaks_braid,
+            cipher: p.keypairs.current.as_ref().map(|k| k.send_cipher()),
             persistent_keepalive: p.persistent_keepalive,
             reorder: p.reorder.counters(),
             reorder_hold: p.reorder.effective_hold(),

@@ -103,6 +103,10 @@ impl Device {
             return; // resumes with the next session
         }
         let say_hello = p.hellos_left > 0;
+        let flags = match &p.keypairs.current {
+            Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
+            _ => 0,
+        };
         p.hellos_left = p.hellos_left.saturating_sub(1);
         let braid = p.speaks_braid;
         for i in 0..p.paths.len() {
@@ -112,6 +116,7 @@ impl Device {
                 let hello = ExtMessage::Hello {
                     version: ext::VERSION,
                     path: i as u8,
+                    flags,
                 };
                 self.queue_ext(now, pid, line, remote, hello);
             }
@@ -180,6 +185,9 @@ impl Device {
             self.counters.invalid_datagrams += 1;
             return;
         };
+        if let ExtMessage::Hello { flags, .. } = msg {
+            kp.set_peer_offers_aes(flags & ext::HELLO_OFFERS_AES != 0);
+        }
         let first_news = !p.speaks_braid;
         p.speaks_braid = true;
         let at = p.authenticated_rx(now, line, src, datagram.len());

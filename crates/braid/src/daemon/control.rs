@@ -250,6 +250,10 @@ pub fn snapshot(
             ),
         ]);
         p.mode = info.mode.name().to_string();
+        p.cipher = info
+            .cipher
+            .map(|c| c.name().to_string())
+            .unwrap_or_default();
         p.paths = info.paths.iter().map(path_snapshot).collect();
         snap.peers.push(p);
     }

@@ -170,6 +170,9 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     getrandom::getrandom(&mut seed).map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut device = Device::new(now, SystemTime::now(), seed);
     device.set_mtu(mtu as usize);
+    if let Some(cfg) = &req.config {
+        device.set_cipher(cfg.interface.cipher);
+    }
     let mut state = InterfaceState {
         listen_port: 0,
         fwmark: 0,
@@ -235,6 +238,7 @@ fn apply_multipath(
             continue;
         };
         device.set_mode(pid, peer.mode);
+        device.set_peer_cipher(pid, peer.cipher);
         if peer.reorder_hold.is_some() || peer.reorder_capacity.is_some() {
             device.set_reorder(pid, peer.reorder_hold, peer.reorder_capacity);
         }

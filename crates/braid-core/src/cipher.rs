@@ -1,0 +1,295 @@
+//! The data-channel cipher of a session.
+//!
+//! WireGuard seals data with ChaCha20-Poly1305, and with a stock peer that
+//! is all there is. Between two braid peers AES-256-GCM is several times
+//! faster wherever the CPU has AES instructions, so each side says in its
+//! (authenticated) Hello whether it offers AES-256-GCM, and a session's
+//! data moves to AES only once both sides have offered it.
+//!
+//! The AES keys come from the same handshake: each direction's key is
+//! `KDF1(chacha_key, label)`, so both ends derive the same pair and a
+//! session's AES keys die with it. AES-sealed data messages carry their
+//! own message type, [`TYPE_DATA_AES`](crate::messages::TYPE_DATA_AES), so
+//! a receiver knows the cipher of every message without any switch-over
+//! point, and counters (nonces) stay one sequence per session.
+
+use crate::crypto::{self, Key, TAG_LEN};
+use crate::messages::{self, DATA_HEADER_LEN};
+use ring::aead::{Aad, LessSafeKey, Tag, UnboundKey, AES_256_GCM};
+use std::fmt;
+use zeroize::Zeroize;
+
+/// What a user allows (`Cipher =` in `[Interface]` or `[Peer]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CipherPolicy {
+    /// AES-256-GCM when both ends have AES hardware, else ChaCha20-Poly1305.
+    #[default]
+    Auto,
+    /// Never offer AES-256-GCM.
+    ChaCha20Poly1305,
+    /// Offer AES-256-GCM even without AES hardware here; it is used when
+    /// the peer offers it too.
+    Aes256Gcm,
+}
+
+impl CipherPolicy {
+    pub const NAMES: &'static str = "auto, chacha20poly1305 or aes256gcm";
+
+    pub fn parse(s: &str) -> Option<CipherPolicy> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Some(CipherPolicy::Auto),
+            "chacha20poly1305" | "chacha20-poly1305" => Some(CipherPolicy::ChaCha20Poly1305),
+            "aes256gcm" | "aes-256-gcm" => Some(CipherPolicy::Aes256Gcm),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CipherPolicy::Auto => "auto",
+            CipherPolicy::ChaCha20Poly1305 => "chacha20poly1305",
+            CipherPolicy::Aes256Gcm => "aes256gcm",
+        }
+    }
+
+    /// Whether this end offers AES-256-GCM, given its hardware.
+    pub fn offers_aes(self, aes_hardware: bool) -> bool {
+        match self {
+            CipherPolicy::Auto => aes_hardware,
+            CipherPolicy::ChaCha20Poly1305 => false,
+            CipherPolicy::Aes256Gcm => true,
+        }
+    }
+}
+
+impl fmt::Display for CipherPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The cipher a data message is sealed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataCipher {
+    #[default]
+    ChaCha20Poly1305,
+    Aes256Gcm,
+}
+
+impl DataCipher {
+    pub fn name(self) -> &'static str {
+        match self {
+            DataCipher::ChaCha20Poly1305 => "chacha20poly1305",
+            DataCipher::Aes256Gcm => "aes256gcm",
+        }
+    }
+
+    fn message_type(self) -> u8 {
+        match self {
+            DataCipher::ChaCha20Poly1305 => messages::TYPE_DATA,
+            DataCipher::Aes256Gcm => messages::TYPE_DATA_AES,
+        }
+    }
+
+    /// The cipher of a data message, by its type byte.
+    pub fn of_message(datagram: &[u8]) -> DataCipher {
+        if datagram.first() == Some(&messages::TYPE_DATA_AES) {
+            DataCipher::Aes256Gcm
+        } else {
+            DataCipher::ChaCha20Poly1305
+        }
+    }
+}
+
+/// Whether this CPU has the instructions that make AES-GCM fast (AES-NI
+/// and carry-less multiply on x86, the crypto extension on ARM).
+pub fn aes_hardware() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+            && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+const AES_LABEL: &[u8] = b"braid aes256gcm data v1";
+
+/// One session's data keys, both directions, every cipher it may use.
+/// Shared (behind an `Arc`) with the threads that seal and open outside
+/// the device lock; immutable once made.
+pub struct DataKeys {
+    chacha_send: LessSafeKey,
+    chacha_recv: LessSafeKey,
+    aes: Option<(LessSafeKey, LessSafeKey)>,
+}
+
+/// A data message failed to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthFailed;
+
+impl DataKeys {
+    /// Keys for a session; the AES pair only when this end offers AES.
+    pub fn new(send: &Key, recv: &Key, with_aes: bool) -> DataKeys {
+        let aes = with_aes.then(|| (aes_key(send), aes_key(recv)));
+        DataKeys {
+            chacha_send: crypto::aead_key(send),
+            chacha_recv: crypto::aead_key(recv),
+            aes,
+        }
+    }
+
+    pub fn has_aes(&self) -> bool {
+        self.aes.is_some()
+    }
+
+    fn sealing(&self, cipher: DataCipher) -> &LessSafeKey {
+        match (cipher, &self.aes) {
+            (DataCipher::Aes256Gcm, Some((send, _))) => send,
+            _ => &self.chacha_send,
+        }
+    }
+
+    /// Seals the data message in `datagram` (header written by
+    /// [`write_data_header`], plaintext padded at `DATA_HEADER_LEN`, room
+    /// for the tag behind it) in place.
+    pub fn seal(&self, datagram: &mut [u8]) {
+        let cipher = DataCipher::of_message(datagram);
+        let counter = messages::read_u64(datagram, messages::data::COUNTER);
+        let end = datagram.len() - TAG_LEN;
+        let tag: Tag = self
+            .sealing(cipher)
+            .seal_in_place_separate_tag(
+                crypto::nonce(counter),
+                Aad::empty(),
+                &mut datagram[DATA_HEADER_LEN..end],
+            )
+            .expect("packet length is within AEAD limits");
+        datagram[end..].copy_from_slice(tag.as_ref());
+    }
+
+    /// Opens a data message in place; returns the plaintext length (at
+    /// `DATA_HEADER_LEN`). The replay window is not touched here.
+    pub fn open(&self, datagram: &mut [u8]) -> Result<usize, AuthFailed> {
+        let key = match (DataCipher::of_message(datagram), &self.aes) {
+            (DataCipher::ChaCha20Poly1305, _) => &self.chacha_recv,
+            (DataCipher::Aes256Gcm, Some((_, recv))) => recv,
+            // We never offered AES on this session.
+            (DataCipher::Aes256Gcm, None) => return Err(AuthFailed),
+        };
+        let counter = messages::read_u64(datagram, messages::data::COUNTER);
+        key.open_in_place(
+            crypto::nonce(counter),
+            Aad::empty(),
+            &mut datagram[DATA_HEADER_LEN..],
+        )
+        .map(|plain| plain.len())
+        .map_err(|_| AuthFailed)
+    }
+
+    /// The ChaCha20-Poly1305 keys, which also seal extension messages.
+    pub(crate) fn chacha(&self) -> (&LessSafeKey, &LessSafeKey) {
+        (&self.chacha_send, &self.chacha_recv)
+    }
+}
+
+fn aes_key(session_key: &Key) -> LessSafeKey {
+    let mut k = crypto::kdf1(session_key, AES_LABEL);
+    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &k).expect("32-byte key"));
+    k.zeroize();
+    key
+}
+
+/// Writes a data message header for `counter` sealed with `cipher`, and
+/// zero-pads the plaintext (`len` bytes at `DATA_HEADER_LEN`) to `padded`.
+/// Returns the datagram length once sealed.
+pub fn write_data_header(
+    buf: &mut [u8],
+    cipher: DataCipher,
+    remote_index: u32,
+    counter: u64,
+    len: usize,
+    padded: usize,
+) -> usize {
+    buf[DATA_HEADER_LEN + len..DATA_HEADER_LEN + padded].fill(0);
+    messages::write_header(buf, cipher.message_type());
+    buf[messages::data::RECEIVER..messages::data::RECEIVER + 4]
+        .copy_from_slice(&remote_index.to_le_bytes());
+    buf[messages::data::COUNTER..messages::data::COUNTER + 8]
+        .copy_from_slice(&counter.to_le_bytes());
+    DATA_HEADER_LEN + padded + TAG_LEN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(keys: &DataKeys, cipher: DataCipher, counter: u64, text: &[u8]) -> Vec<u8> {
+        let mut buf = vec![0u8; DATA_HEADER_LEN + text.len() + TAG_LEN];
+        buf[DATA_HEADER_LEN..DATA_HEADER_LEN + text.len()].copy_from_slice(text);
+        let n = write_data_header(&mut buf, cipher, 7, counter, text.len(), text.len());
+        keys.seal(&mut buf[..n]);
+        buf
+    }
+
+    #[test]
+    fn both_ciphers_round_trip_and_differ() {
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        let alice = DataKeys::new(&a, &b, true);
+        let bob = DataKeys::new(&b, &a, true);
+        let chacha = message(&alice, DataCipher::ChaCha20Poly1305, 5, b"hello braid");
+        let aes = message(&alice, DataCipher::Aes256Gcm, 5, b"hello braid");
+        assert_eq!(chacha[0], messages::TYPE_DATA);
+        assert_eq!(aes[0], messages::TYPE_DATA_AES);
+        assert_ne!(chacha[DATA_HEADER_LEN..], aes[DATA_HEADER_LEN..]);
+        for mut m in [chacha, aes] {
+            let n = bob.open(&mut m).expect("opens");
+            assert_eq!(&m[DATA_HEADER_LEN..DATA_HEADER_LEN + n], b"hello braid");
+        }
+    }
+
+    #[test]
+    fn aes_refused_when_not_offered_and_tampering_detected() {
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        let alice = DataKeys::new(&a, &b, true);
+        let stock_bob = DataKeys::new(&b, &a, false);
+        let mut aes = message(&alice, DataCipher::Aes256Gcm, 0, b"x");
+        assert_eq!(stock_bob.open(&mut aes), Err(AuthFailed));
+        // The type byte is not authenticated, but flipping it only makes the
+        // wrong key try: the tag fails.
+        let bob = DataKeys::new(&b, &a, true);
+        let mut flipped = message(&alice, DataCipher::Aes256Gcm, 0, b"x");
+        flipped[0] = messages::TYPE_DATA;
+        assert_eq!(bob.open(&mut flipped), Err(AuthFailed));
+        let mut counter_changed = message(&alice, DataCipher::ChaCha20Poly1305, 0, b"x");
+        counter_changed[messages::data::COUNTER] = 1;
+        assert_eq!(bob.open(&mut counter_changed), Err(AuthFailed));
+    }
+
+    #[test]
+    fn policy_names_and_offers() {
+        for p in [
+            CipherPolicy::Auto,
+            CipherPolicy::ChaCha20Poly1305,
+            CipherPolicy::Aes256Gcm,
+        ] {
+            assert_eq!(CipherPolicy::parse(p.name()), Some(p));
+        }
+        assert_eq!(
+            CipherPolicy::parse("AES-256-GCM"),
+            Some(CipherPolicy::Aes256Gcm)
+        );
+        assert_eq!(CipherPolicy::parse("rot13"), None);
+        assert!(CipherPolicy::Auto.offers_aes(true));
+        assert!(!CipherPolicy::Auto.offers_aes(false));
+        assert!(CipherPolicy::Aes256Gcm.offers_aes(false));
+        assert!(!CipherPolicy::ChaCha20Poly1305.offers_aes(true));
+    }
+}
