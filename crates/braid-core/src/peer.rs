@@ -82,6 +82,28 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// A data message whose counter was seen before. In redundant mode
+    /// most are the later copy from the slower line: it counts on its path
+    /// too, and tells the reorder window which line lost the race.
+    pub fn count_replay(
+        &mut self,
+        now: Instant,
+        line: u16,
+        src: std::net::SocketAddr,
+        receiver: u32,
+        counter: u64,
+        len: usize,
+    ) {
+        self.counters.replayed += 1;
+        if let Some(i) = self.find_path(line, src) {
+            self.paths[i].counters.rx_packets += 1;
+            self.paths[i].counters.rx_bytes += len as u64;
+            if self.reorder_session == Some(receiver) {
+                self.reorder.note_duplicate(now, counter, i);
+            }
+        }
+    }
+
     pub fn new(local: &LocalStatic, public: [u8; 32]) -> Self {
         Peer {
             remote: RemoteStatic::new(local, public, [0; 32]),

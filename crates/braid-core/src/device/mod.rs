@@ -13,9 +13,12 @@
 //! randomness comes from a seeded generator so tests are reproducible.
 
 mod handshake;
+mod jobs;
 mod multipath;
 mod receive;
 mod send;
+
+pub use jobs::CryptoJobs;
 
 use crate::allowed_ips::{AllowedIps, InvalidPrefix};
 use crate::batch::PacketBatch;
@@ -111,6 +114,8 @@ pub struct Device {
     handshake_window: (Instant, u32),
     under_load_until: Option<Instant>,
     scratch_indices: Vec<u32>,
+    /// The crypto jobs of `encapsulate`/`decapsulate` (the one-call forms).
+    scratch_jobs: CryptoJobs,
     /// braid's extensions (hello, probes, multipath); off = behave exactly
     /// like stock WireGuard.
     extensions: bool,
@@ -142,6 +147,7 @@ impl Device {
             handshake_window: (now, 0),
             under_load_until: None,
             scratch_indices: Vec::new(),
+            scratch_jobs: CryptoJobs::new(),
             extensions: true,
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),

@@ -2,14 +2,17 @@
 //! authentication, the replay check and the cryptokey-routing check of the
 //! inner source address.
 
-use super::{Device, IndexEntry};
+use super::jobs::Outcome;
+use super::{CryptoJobs, Device, IndexEntry};
 use crate::batch::PacketBatch;
+use crate::cipher::DataKeys;
 use crate::consts::*;
 use crate::messages::{self, Kind, DATA_HEADER_LEN};
 use crate::peer::PeerId;
 use crate::reorder::InsertOutcome;
-use crate::session::{OpenError, SlotName};
+use crate::session::SlotName;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Length of the IP packet at the start of `plain` (the rest is padding),
@@ -68,15 +71,32 @@ impl Device {
     /// TUN in place; everything else is consumed, and any answers it needs
     /// wait in `poll_transmit`.
     pub fn decapsulate(&mut self, now: Instant, batch: &mut PacketBatch) {
+        let mut jobs = std::mem::take(&mut self.scratch_jobs);
+        self.prepare_decapsulate(now, batch, &mut jobs);
+        jobs.open(batch);
+        self.finish_decapsulate(now, batch, &jobs);
+        self.scratch_jobs = jobs;
+    }
+
+    /// The first half of `decapsulate`: handshake and extension messages
+    /// are handled (and consumed); each data message that may be fresh gets
+    /// an open job. After [`CryptoJobs::open`] (which needs no device),
+    /// [`finish_decapsulate`](Self::finish_decapsulate) completes them.
+    pub fn prepare_decapsulate(
+        &mut self,
+        now: Instant,
+        batch: &mut PacketBatch,
+        jobs: &mut CryptoJobs,
+    ) {
+        jobs.clear();
         for i in 0..batch.len() {
             let src = batch.addr(i);
             let line = batch.line(i);
-            let offset = batch.offset(i);
             let datagram = batch.packet_mut(i);
             let kind = messages::classify(datagram);
             match kind {
-                Some(Kind::Data) => match self.receive_data(now, line, src, datagram) {
-                    Some(len) => batch.set_packet(i, offset + DATA_HEADER_LEN, len, src),
+                Some(Kind::Data) => match self.prepare_data(now, line, src, datagram) {
+                    Some((pid, keys)) => jobs.push(i, pid, &keys),
                     None => batch.consume(i),
                 },
                 Some(Kind::Initiation) => {
@@ -106,16 +126,41 @@ impl Device {
         }
     }
 
-    /// Decrypts a data message in place; returns the length of the IP
-    /// packet now at `DATA_HEADER_LEN`, or None when there is nothing to
-    /// deliver (keepalive, forgery, replay, wrong inner source).
-    fn receive_data(
+    /// The second half of `decapsulate`: every opened data message is
+    /// checked against the replay window, counted, routed through the
+    /// reorder window, and left in its slot as an IP packet or consumed.
+    pub fn finish_decapsulate(&mut self, now: Instant, batch: &mut PacketBatch, jobs: &CryptoJobs) {
+        for job in jobs.jobs() {
+            let i = job.slot;
+            let (src, line, offset) = (batch.addr(i), batch.line(i), batch.offset(i));
+            let delivered = match job.outcome {
+                Outcome::Opened(plain_len) => {
+                    let datagram = batch.packet_mut(i);
+                    self.finish_data(now, line, src, job.pid, datagram, plain_len)
+                }
+                Outcome::Failed | Outcome::Pending => {
+                    if let Some(p) = self.peers[job.pid].as_mut() {
+                        p.counters.auth_failed += 1;
+                    }
+                    None
+                }
+            };
+            match delivered {
+                Some(len) => batch.set_packet(i, offset + DATA_HEADER_LEN, len, src),
+                None => batch.consume(i),
+            }
+        }
+    }
+
+    /// Finds the session of a data message and pre-checks its counter.
+    /// None when it cannot be fresh (unknown index, expired, replayed).
+    fn prepare_data(
         &mut self,
         now: Instant,
         line: u16,
         src: SocketAddr,
-        datagram: &mut [u8],
-    ) -> Option<usize> {
+        datagram: &[u8],
+    ) -> Option<(PeerId, Arc<DataKeys>)> {
         let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
         let Some(&IndexEntry::Session(pid)) = self.indices.get(&receiver) else {
             self.counters.unknown_index += 1;
@@ -123,30 +168,40 @@ impl Device {
         };
         let counter = messages::read_u64(datagram, messages::data::COUNTER);
         let p = self.peers[pid].as_mut()?;
-        let (slot, kp) = p.keypairs.find_mut(receiver)?;
+        let (_, kp) = p.keypairs.find_mut(receiver)?;
         if kp.age(now) >= REJECT_AFTER_TIME {
             return None;
         }
-        let plain_len = match kp.open_in_place(datagram) {
-            Ok(n) => n,
-            Err(OpenError::Replayed) => {
-                // In redundant mode most of these are the later copy from
-                // the slower line: count it on its path too.
-                p.counters.replayed += 1;
-                if let Some(i) = p.find_path(line, src) {
-                    p.paths[i].counters.rx_packets += 1;
-                    p.paths[i].counters.rx_bytes += datagram.len() as u64;
-                    if p.reorder_session == Some(receiver) {
-                        p.reorder.note_duplicate(now, counter, i);
-                    }
-                }
-                return None;
-            }
-            Err(OpenError::Auth) => {
-                p.counters.auth_failed += 1;
-                return None;
-            }
-        };
+        if !kp.may_accept(counter) {
+            p.count_replay(now, line, src, receiver, counter, datagram.len());
+            return None;
+        }
+        Some((pid, kp.keys().clone()))
+    }
+
+    /// An authenticated data message of `pid`, plaintext (`plain_len`
+    /// bytes) at `DATA_HEADER_LEN`: returns the length of the IP packet to
+    /// deliver in place, or None when there is nothing to deliver
+    /// (keepalive, replay, wrong inner source, taken by the reorder window).
+    fn finish_data(
+        &mut self,
+        now: Instant,
+        line: u16,
+        src: SocketAddr,
+        pid: PeerId,
+        datagram: &[u8],
+        plain_len: usize,
+    ) -> Option<usize> {
+        let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
+        let counter = messages::read_u64(datagram, messages::data::COUNTER);
+        let p = self.peers[pid].as_mut()?;
+        // The session may have gone while the message was being opened.
+        let (slot, kp) = p.keypairs.find_mut(receiver)?;
+        if !kp.accept(counter) {
+            // A copy of it was accepted meanwhile (redundant paths).
+            p.count_replay(now, line, src, receiver, counter, datagram.len());
+            return None;
+        }
         let at = p.authenticated_rx(now, line, src, datagram.len());
         p.paths[at].counters.first_arrivals += 1;
         p.counters.rx_bytes += datagram.len() as u64;

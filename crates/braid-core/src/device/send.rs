@@ -2,7 +2,7 @@
 //! packets without a session wait in the peer's staging queue.
 
 use super::multipath::Destinations;
-use super::Device;
+use super::{CryptoJobs, Device};
 use crate::batch::{PacketBatch, HEADROOM};
 use crate::consts::*;
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
@@ -33,6 +33,23 @@ impl Device {
     /// `HEADROOM`) into a data message for its peer, in place. Packets that
     /// cannot be sent now are staged or dropped; their slots are consumed.
     pub fn encapsulate(&mut self, now: Instant, batch: &mut PacketBatch) {
+        let mut jobs = std::mem::take(&mut self.scratch_jobs);
+        self.prepare_encapsulate(now, batch, &mut jobs);
+        jobs.seal(batch);
+        self.scratch_jobs = jobs;
+    }
+
+    /// `encapsulate` without the encryption: headers, counters, padding and
+    /// destinations are in place, and `jobs` holds what
+    /// [`CryptoJobs::seal`] must do (without the device) before the batch
+    /// may be sent.
+    pub fn prepare_encapsulate(
+        &mut self,
+        now: Instant,
+        batch: &mut PacketBatch,
+        jobs: &mut CryptoJobs,
+    ) {
+        jobs.clear();
         for i in 0..batch.len() {
             let (buf, offset, len) = batch.slot_parts_mut(i);
             if len == 0 {
@@ -57,7 +74,8 @@ impl Device {
                 continue;
             }
             let kp = p.keypairs.current.as_mut().expect("checked above");
-            let datagram_len = kp.seal_in_place(buf, len, padded_len(len, mtu));
+            let datagram_len = kp.prepare_seal(buf, len, padded_len(len, mtu));
+            jobs.push(i, pid, kp.keys());
             let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
             let n = self.destinations(pid, datagram_len, &mut dests);
             batch.set_packet(i, 0, datagram_len, dests[0].1);
