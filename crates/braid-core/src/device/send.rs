@@ -148,6 +148,11 @@ impl Device {
         }
     }
 
+    /// Whether `poll_transmit` has anything to send.
+    pub fn has_pending_transmit(&self) -> bool {
+        !self.control.is_empty() || !self.pending_flush.is_empty()
+    }
+
     /// Fills `out` with what waits to be sent: control messages first, then
     /// packets staged until a session existed. Returns true while more is
     /// waiting (call again with an emptied batch).

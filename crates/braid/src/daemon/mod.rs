@@ -1,17 +1,19 @@
-//! The braid daemon: one interface, one event loop.
+//! The braid daemon: one interface, two data-plane threads.
 //!
 //! ```text
-//!   TUN ──read_batch──► Device::encapsulate ──send_batch──► UDP
-//!   UDP ──recv_batch──► Device::decapsulate ──write_batch─► TUN
-//!   timers, handshakes, keepalives: Device::poll_transmit ─► UDP
-//!   UAPI socket thread ──channel + eventfd──► loop applies, answers
+//!   outbound thread: TUN ──read_batch──► encapsulate ──send_batch──► UDP
+//!   main thread:     UDP ──recv_batch──► decapsulate ──write_batch─► TUN
+//!                    timers, handshakes, keepalives ─► UDP
+//!   UAPI socket thread ──channel + eventfd──► main thread applies, answers
 //! ```
 //!
-//! The loop owns the device; nothing is locked per packet and every I/O call
-//! moves a batch.
+//! The device sits behind one lock that is taken per batch, never per
+//! packet, and never across encryption or a system call (see `dataplane`);
+//! every I/O call moves a batch.
 
 pub mod background;
 pub mod control;
+pub mod dataplane;
 pub mod lines;
 pub mod routes;
 
@@ -19,9 +21,10 @@ use crate::config::Config;
 use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
 use background::ReadyPipe;
 use braid_core::batch::PacketBatch;
-use braid_core::device::Device;
+use braid_core::device::{CryptoJobs, Device};
 use braid_io::{netcfg, poll, Interest, Tun, UdpSocket, Waker};
 use control::{InterfaceState, Pending};
+use dataplane::Shared;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -211,15 +214,12 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     }
     let daemon = Daemon {
         name: name.clone(),
-        device,
+        shared: Arc::new(Shared::new(device, tun, lines, waker)),
         state,
-        tun,
-        lines,
-        waker,
         requests,
-        tun_batch: PacketBatch::new(BATCH, SLOT_BYTES),
         udp_batch: PacketBatch::new(BATCH, SLOT_BYTES),
         control_batch: PacketBatch::new(BATCH, SLOT_BYTES),
+        jobs: CryptoJobs::new(),
         routes: installed,
     };
     Ok((daemon, path))
@@ -274,52 +274,66 @@ fn set_fwmark(udp: &UdpSocket, mark: u32) -> std::io::Result<()> {
 
 struct Daemon {
     name: String,
-    device: Device,
+    shared: Arc<Shared>,
     state: InterfaceState,
-    tun: Tun,
-    lines: lines::Lines,
-    waker: Arc<Waker>,
     requests: Receiver<Pending>,
-    tun_batch: PacketBatch,
     udp_batch: PacketBatch,
     control_batch: PacketBatch,
+    jobs: CryptoJobs,
     routes: routes::Installed,
 }
 
 impl Daemon {
+    /// Runs the outbound thread and, on this thread, everything else until
+    /// a stop signal, the interface's removal or an I/O failure.
     fn event_loop(&mut self) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        let outbound = std::thread::Builder::new()
+            .name("braid-outbound".into())
+            .spawn(move || dataplane::run_outbound(shared, BATCH, SLOT_BYTES))?;
+        let result = self.main_loop();
+        self.shared.request_stop();
+        let outbound = outbound
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("outbound thread panicked")));
+        result.and(outbound)
+    }
+
+    fn main_loop(&mut self) -> std::io::Result<()> {
         let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
-        while !background::stop_requested() {
+        while !background::stop_requested() && !self.shared.stopping() {
             let now = Instant::now();
             let deadline = self
-                .device
+                .shared
+                .device()
                 .poll_timeout()
                 .map_or(next_housekeeping, |t| t.min(next_housekeeping));
+            self.shared.set_main_deadline(deadline);
             let mut fds = [(0, Interest::READABLE); poll::MAX_FDS];
-            fds[0] = (self.tun.as_raw_fd(), Interest::READABLE);
-            fds[1] = (self.waker.as_raw_fd(), Interest::READABLE);
-            let n_lines = self.lines.sockets().len().min(poll::MAX_FDS - 2);
-            for (i, s) in self.lines.sockets().iter().take(n_lines).enumerate() {
-                fds[2 + i] = (s.as_raw_fd(), Interest::READABLE);
-            }
-            let fds = &fds[..2 + n_lines];
+            fds[0] = (self.shared.waker.as_raw_fd(), Interest::READABLE);
+            let n_lines = {
+                let lines = self.shared.lines();
+                let n = lines.sockets().len().min(poll::MAX_FDS - 1);
+                for (i, socket) in lines.sockets().iter().take(n).enumerate() {
+                    fds[1 + i] = (socket.as_raw_fd(), Interest::READABLE);
+                }
+                n
+            };
+            let fds = &fds[..1 + n_lines];
             let ready = poll::wait(fds, Some(deadline.saturating_duration_since(now)))?;
-            if ready.is_readable(0) {
-                self.on_tun_readable()?;
-            }
             for line in 0..n_lines {
-                if ready.is_readable(2 + line) {
+                if ready.is_readable(1 + line) {
                     self.on_udp_readable(line)?;
                 }
             }
-            if ready.is_readable(1) {
-                self.waker.drain()?;
+            if ready.is_readable(0) {
+                self.shared.waker.drain()?;
                 self.serve_requests();
             }
             let now = Instant::now();
-            self.device.handle_timeout(now);
+            self.shared.device().handle_timeout(now);
             self.write_released()?;
-            self.transmit_pending(now)?;
+            dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
             if now >= next_housekeeping {
                 next_housekeeping = now + HOUSEKEEPING;
                 if !netcfg::link_exists(&self.name) {
@@ -327,43 +341,36 @@ impl Daemon {
                     break;
                 }
                 if let Ok(mtu) = netcfg::link_mtu(&self.name) {
-                    self.device.set_mtu(mtu as usize);
+                    self.shared.device().set_mtu(mtu as usize);
                 }
             }
         }
         Ok(())
     }
 
-    /// Reads TUN batches until the TUN is drained (bounded, so UDP is not
-    /// starved), encrypting and sending each batch whole.
-    fn on_tun_readable(&mut self) -> std::io::Result<()> {
-        for _ in 0..8 {
-            let n = self.tun.read_batch(&mut self.tun_batch)?;
-            if n == 0 {
-                break;
-            }
-            let now = Instant::now();
-            self.device.encapsulate(now, &mut self.tun_batch);
-            self.lines.send(&self.tun_batch)?;
-            self.transmit_pending(now)?;
-            if n < BATCH {
-                break;
-            }
-        }
-        Ok(())
-    }
-
+    /// Receives batches until the socket is drained (bounded, so timers
+    /// and requests are not starved), decrypting outside the device lock.
     fn on_udp_readable(&mut self, line: usize) -> std::io::Result<()> {
         for _ in 0..8 {
-            let n = self.lines.recv(line, &mut self.udp_batch)?;
+            let n = self.shared.lines().recv(line, &mut self.udp_batch)?;
             if n == 0 {
                 break;
             }
             let now = Instant::now();
-            self.device.decapsulate(now, &mut self.udp_batch);
-            self.tun.write_batch(&self.udp_batch)?;
+            self.shared
+                .device()
+                .prepare_decapsulate(now, &mut self.udp_batch, &mut self.jobs);
+            self.jobs.open(&mut self.udp_batch);
+            let pending = {
+                let mut device = self.shared.device();
+                device.finish_decapsulate(now, &mut self.udp_batch, &self.jobs);
+                device.has_pending_transmit()
+            };
+            self.shared.tun.write_batch(&self.udp_batch)?;
             self.write_released()?;
-            self.transmit_pending(now)?;
+            if pending {
+                dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
+            }
             if n < BATCH {
                 break;
             }
@@ -376,23 +383,9 @@ impl Daemon {
     fn write_released(&mut self) -> std::io::Result<()> {
         loop {
             self.control_batch.clear();
-            let more = self.device.poll_tun(&mut self.control_batch);
+            let more = self.shared.device().poll_tun(&mut self.control_batch);
             if !self.control_batch.is_empty() {
-                self.tun.write_batch(&self.control_batch)?;
-            }
-            if !more {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Sends handshakes, keepalives and packets released from staging.
-    fn transmit_pending(&mut self, now: Instant) -> std::io::Result<()> {
-        loop {
-            self.control_batch.clear();
-            let more = self.device.poll_transmit(now, &mut self.control_batch);
-            if !self.control_batch.is_empty() {
-                self.lines.send(&self.control_batch)?;
+                self.shared.tun.write_batch(&self.control_batch)?;
             }
             if !more {
                 return Ok(());
@@ -417,15 +410,15 @@ impl Daemon {
 
     fn snapshot(&self) -> crate::uapi::DeviceSnapshot {
         let io = [
-            ("tun_dropped", self.tun.dropped()),
-            ("udp_dropped", self.lines.dropped()),
+            ("tun_dropped", self.shared.tun.dropped()),
+            ("udp_dropped", self.shared.lines().dropped()),
         ];
-        control::snapshot(&self.device, &self.state, &io)
+        control::snapshot(&self.shared.device(), &self.state, &io)
     }
 
     fn apply(&mut self, set: &SetRequest) -> Response {
         let now = Instant::now();
-        let effects = match control::apply_set(&mut self.device, set, now) {
+        let effects = match control::apply_set(&mut self.shared.device(), set, now) {
             Ok(e) => e,
             Err(errno) => return Response::Error(errno),
         };
@@ -437,7 +430,7 @@ impl Daemon {
                         if self.state.fwmark != 0 {
                             let _ = set_fwmark(&udp, self.state.fwmark);
                         }
-                        self.lines.replace_main(udp);
+                        self.shared.replace_main_line(udp);
                     }
                     Err(e) => {
                         log!(self.name, "cannot listen on UDP port {port}: {e}");
@@ -447,12 +440,12 @@ impl Daemon {
             }
         }
         if let Some(mark) = effects.new_fwmark {
-            if set_fwmark(self.lines.main(), mark).is_err() {
+            if set_fwmark(self.shared.lines().main(), mark).is_err() {
                 return Response::Error(Errno::EINVAL);
             }
             self.state.fwmark = mark;
         }
-        if let Err(e) = self.transmit_pending(now) {
+        if let Err(e) = dataplane::transmit_pending(&self.shared, now, &mut self.control_batch) {
             log!(self.name, "send failed: {e}");
         }
         Response::Ok
