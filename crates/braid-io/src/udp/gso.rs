@@ -6,9 +6,12 @@
 //! walked once per run instead of once per datagram. Nothing is copied.
 //!
 //! The kernel may refuse: no `UDP_SEGMENT` at all (seen at bind), or `EIO`
-//! (a device without checksum offload) / `EINVAL` (some IPv6 setups) on the
-//! first coalesced send. Then GSO is switched off for the socket and the
-//! rest of the batch goes again one datagram per message.
+//! (a device without checksum offload) / `EINVAL` (some IPv6 setups, UDP
+//! checksums off) on a coalesced send. Then GSO is switched off for the
+//! socket and the rest of the batch goes again one datagram per message.
+//! `EMSGSIZE` on a coalesced send means its segments exceed the path MTU;
+//! sent one by one they would be fragmented instead, so that message alone
+//! is sent again without GSO.
 
 use std::io;
 use std::mem;
@@ -274,6 +277,17 @@ impl UdpSocket {
                         let first = s.groups[pos].first;
                         s.groups.truncate(pos);
                         plan_groups(&s.datagrams, first, SINGLE, &mut s.groups);
+                        s.build_messages(batch, self.ipv6, pos);
+                    }
+                    Some(libc::EMSGSIZE) if s.groups[pos].count > 1 => {
+                        // Segments above the path MTU: the kernel would
+                        // fragment them sent one by one, but not a GSO
+                        // message. Only this message goes singly.
+                        let g = s.groups[pos];
+                        let end = g.first + g.count;
+                        s.groups.truncate(pos);
+                        plan_groups(&s.datagrams[..end], g.first, SINGLE, &mut s.groups);
+                        plan_groups(&s.datagrams, end, limits, &mut s.groups);
                         s.build_messages(batch, self.ipv6, pos);
                     }
                     _ => {
