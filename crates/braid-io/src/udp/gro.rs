@@ -280,7 +280,11 @@ impl UdpSocket {
         for k in 0..got {
             let h = &s.hdrs[k].msg_hdr;
             let len = s.hdrs[k].msg_len as usize;
-            let segment = gro_segment(h).unwrap_or(len).min(len);
+            let truncated = h.msg_flags & libc::MSG_TRUNC != 0;
+            let segment = match gro_segment(h) {
+                Some(size) if !truncated => size.min(len),
+                _ => len,
+            };
             if segment > 0 {
                 p.per_message = p.per_message.max(len.div_ceil(segment));
             }
@@ -293,7 +297,7 @@ impl UdpSocket {
                 } else {
                     None
                 },
-                truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+                truncated,
             });
         }
         Ok(p.hand_out(batch, start, times))
