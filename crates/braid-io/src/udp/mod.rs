@@ -12,9 +12,11 @@
 //! the batch capacity.
 //!
 //! Both directions use the kernel's UDP offloads when it has them: runs
-//! of same-size datagrams to one peer leave as one GSO message
-//! ([`gso`]), and coalesced GRO messages are split back into one datagram
-//! per slot ([`gro`]). Callers see one datagram per slot either way.
+//! of same-size datagrams to one peer leave as one GSO message (`gso.rs`),
+//! and coalesced GRO messages are split back into one datagram per slot
+//! (`gro.rs`, which owns 1 MiB of scratch per socket for them). Callers see
+//! one datagram per slot either way; [`UdpSocket::gso_enabled`] and
+//! [`UdpSocket::gro_enabled`] say which offloads a socket uses.
 
 mod addr;
 mod cmsg;
