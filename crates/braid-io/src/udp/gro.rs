@@ -1,0 +1,441 @@
+//! Receiving, with UDP receive coalescing (`UDP_GRO`) when the kernel has
+//! it.
+//!
+//! With GRO the kernel may hand one message holding many datagrams from one
+//! source (consecutive, all `segment` bytes long but the last). Such a
+//! message does not fit a batch slot, so with GRO on `recvmmsg` fills large
+//! scratch buffers and every datagram is then copied into a slot of its
+//! own: one copy per datagram, and the stack was walked once per message.
+//!
+//! A message may hold more datagrams than the batch has slots left. Those
+//! stay in the scratch buffer and are handed out first by the next call,
+//! which only asks the kernel for more once they are gone; a call that
+//! leaves some behind always returns a full batch. How many messages to
+//! ask for is sized from the datagrams per message of the previous call,
+//! so a steady coalesced flow rarely leaves anything behind.
+//!
+//! Without GRO (or with it switched off) datagrams go straight into the
+//! slots, as many per call as the batch holds.
+
+use std::io;
+use std::mem;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::time::SystemTime;
+
+use braid_core::batch::PacketBatch;
+
+use super::addr::{decode_addr, UNSPECIFIED};
+use super::cmsg::{arrival_time, gro_segment, CmsgBuf};
+use super::{lock, UdpSocket};
+
+/// Scratch buffers for coalesced messages, i.e. messages per `recvmmsg`
+/// with GRO on.
+const COALESCED_MESSAGES: usize = 16;
+
+/// Bytes per scratch buffer: the largest UDP payload there is.
+const COALESCED_BYTES: usize = 1 << 16;
+
+/// A received message waiting in a scratch buffer to be split.
+#[derive(Clone, Copy, Debug)]
+struct Coalesced {
+    len: usize,
+    /// Bytes per datagram (the last may be shorter); `len` for a single one.
+    segment: usize,
+    addr: SocketAddr,
+    time: Option<SystemTime>,
+    /// The kernel cut it short: one empty slot stands for it.
+    truncated: bool,
+}
+
+/// Received messages in their scratch buffers, and how far they have been
+/// handed out.
+#[derive(Debug, Default)]
+struct Pending {
+    /// `COALESCED_MESSAGES` buffers of `COALESCED_BYTES`, allocated on
+    /// first use.
+    bufs: Vec<u8>,
+    msgs: Vec<Coalesced>,
+    /// The message being handed out, and the offset of its next datagram.
+    next: usize,
+    offset: usize,
+    /// Most datagrams in one message of the last receive (at least 1).
+    per_message: usize,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.next >= self.msgs.len()
+    }
+
+    /// Splits waiting messages into slots `start..` of `batch` (one datagram
+    /// per slot, in order), stopping when the batch is full; returns the
+    /// index of the first slot left free.
+    fn hand_out(
+        &mut self,
+        batch: &mut PacketBatch,
+        start: usize,
+        mut times: Option<&mut [Option<SystemTime>]>,
+    ) -> usize {
+        let cap = batch.capacity();
+        let stride = batch.stride();
+        let mut i = start;
+        while i < cap && !self.is_empty() {
+            let m = self.msgs[self.next];
+            let buf = &self.bufs[self.next * COALESCED_BYTES..][..m.len];
+            loop {
+                if i == cap {
+                    return i;
+                }
+                let len = m.segment.min(m.len - self.offset);
+                // A datagram longer than the slot cannot be delivered whole;
+                // like a truncated one it leaves its slot empty.
+                let kept = if m.truncated || len > stride { 0 } else { len };
+                batch.slot_buf_mut(i)[..kept]
+                    .copy_from_slice(&buf[self.offset..self.offset + kept]);
+                batch.set_packet(i, 0, kept, m.addr);
+                if let Some(t) = times.as_deref_mut().and_then(|t| t.get_mut(i)) {
+                    *t = m.time;
+                }
+                i += 1;
+                self.offset += len;
+                if self.offset >= m.len {
+                    break;
+                }
+            }
+            self.next += 1;
+            self.offset = 0;
+        }
+        i
+    }
+}
+
+/// The arrays one `recvmmsg` call points the kernel at, and what a
+/// coalesced receive left over.
+///
+/// The pointers in `hdrs` are only meaningful during the call that set
+/// them: every call rebuilds the headers it passes.
+#[derive(Debug, Default)]
+pub(super) struct RxScratch {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    addrs: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<CmsgBuf>,
+    pending: Pending,
+}
+
+// SAFETY: the raw pointers inside `hdrs`/`iovs` are never dereferenced
+// outside the `recvmmsg` call that set them (each call rewrites them
+// first), so moving the arrays to another thread is sound; access is
+// serialised by the Mutex around the scratch.
+unsafe impl Send for RxScratch {}
+
+impl RxScratch {
+    /// Grows the arrays to hold `n` messages; allocates only the first time
+    /// a batch this large is seen.
+    fn reserve(&mut self, n: usize) {
+        if self.hdrs.len() >= n {
+            return;
+        }
+        // SAFETY (for the three zeroed() calls): mmsghdr, iovec and
+        // sockaddr_storage are plain C structs for which all-zero bytes
+        // (null pointers, zero lengths) are valid.
+        self.hdrs.resize_with(n, || unsafe { mem::zeroed() });
+        self.iovs.resize_with(n, || unsafe { mem::zeroed() });
+        self.addrs.resize_with(n, || unsafe { mem::zeroed() });
+        self.cmsgs.resize(n, [0; 12]);
+    }
+
+    /// Points message `k` at `iovs[k]` (already filled), `addrs[k]` and,
+    /// with `control`, at `cmsgs[k]`.
+    fn set_hdr(&mut self, k: usize, control: bool) {
+        let iov: *mut libc::iovec = &mut self.iovs[k];
+        let name: *mut libc::sockaddr_storage = &mut self.addrs[k];
+        let cmsg: *mut CmsgBuf = &mut self.cmsgs[k];
+        let h = &mut self.hdrs[k];
+        h.msg_len = 0;
+        h.msg_hdr.msg_name = name.cast();
+        h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_hdr.msg_iov = iov;
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_flags = 0;
+        if control {
+            h.msg_hdr.msg_control = cmsg.cast();
+            h.msg_hdr.msg_controllen = mem::size_of::<CmsgBuf>();
+        } else {
+            h.msg_hdr.msg_control = std::ptr::null_mut();
+            h.msg_hdr.msg_controllen = 0;
+        }
+    }
+}
+
+impl UdpSocket {
+    /// Whether datagrams received earlier wait to be handed out: the next
+    /// [`recv_batch`](Self::recv_batch) returns them even if the socket
+    /// has nothing new (so do not wait for readability first).
+    pub fn has_pending(&self) -> bool {
+        !lock(&self.rx).pending.is_empty()
+    }
+
+    pub(super) fn recv_into(
+        &self,
+        batch: &mut PacketBatch,
+        mut times: Option<&mut [Option<SystemTime>]>,
+    ) -> io::Result<usize> {
+        batch.clear();
+        let mut guard = lock(&self.rx);
+        let s = &mut *guard;
+        let mut filled = s.pending.hand_out(batch, 0, times.as_deref_mut());
+        if filled < batch.capacity() {
+            filled = if self.gro_enabled() {
+                self.recv_coalesced(s, batch, filled, times)?
+            } else {
+                self.recv_direct(s, batch, filled, times)?
+            };
+        }
+        batch.set_len(filled);
+        Ok(filled)
+    }
+
+    /// One `recvmmsg` into slots `start..`; returns the first free slot.
+    fn recv_direct(
+        &self,
+        s: &mut RxScratch,
+        batch: &mut PacketBatch,
+        start: usize,
+        mut times: Option<&mut [Option<SystemTime>]>,
+    ) -> io::Result<usize> {
+        let cap = batch.capacity();
+        let stride = batch.stride();
+        let n = cap - start;
+        s.reserve(n);
+        let base = batch.arena_mut()[start * stride..].as_mut_ptr();
+        for k in 0..n {
+            s.iovs[k] = libc::iovec {
+                // SAFETY: slot start+k spans stride bytes from
+                // (start+k)*stride, inside the capacity*stride arena.
+                iov_base: unsafe { base.add(k * stride) }.cast(),
+                iov_len: stride,
+            };
+            s.set_hdr(k, times.is_some());
+        }
+        // SAFETY: the first `n` headers point at live iovecs, sockaddr and
+        // control buffers in `s`, and the iovecs at disjoint slots of the
+        // batch arena, which `batch` (borrowed mutably) keeps alive and
+        // unaliased for the duration of the call.
+        let got = unsafe { self.recvmmsg(&mut s.hdrs[..n]) }?;
+        for k in 0..got {
+            let h = &s.hdrs[k].msg_hdr;
+            let addr = decode_addr(&s.addrs[k], h.msg_namelen).unwrap_or(UNSPECIFIED);
+            let len = if h.msg_flags & libc::MSG_TRUNC != 0 {
+                0
+            } else {
+                (s.hdrs[k].msg_len as usize).min(stride)
+            };
+            batch.set_packet(start + k, 0, len, addr);
+            if let Some(t) = times.as_deref_mut().and_then(|t| t.get_mut(start + k)) {
+                *t = arrival_time(h);
+            }
+        }
+        Ok(start + got)
+    }
+
+    /// One `recvmmsg` into the scratch buffers, then splits into slots
+    /// `start..`; returns the first free slot.
+    fn recv_coalesced(
+        &self,
+        s: &mut RxScratch,
+        batch: &mut PacketBatch,
+        start: usize,
+        times: Option<&mut [Option<SystemTime>]>,
+    ) -> io::Result<usize> {
+        let p = &mut s.pending;
+        if p.bufs.is_empty() {
+            p.bufs = vec![0; COALESCED_MESSAGES * COALESCED_BYTES];
+            p.msgs.reserve(COALESCED_MESSAGES);
+        }
+        let n = ((batch.capacity() - start) / p.per_message.max(1)).clamp(1, COALESCED_MESSAGES);
+        let base = p.bufs.as_mut_ptr();
+        s.reserve(n);
+        for k in 0..n {
+            s.iovs[k] = libc::iovec {
+                // SAFETY: buffer k spans COALESCED_BYTES from
+                // k*COALESCED_BYTES, inside `bufs`.
+                iov_base: unsafe { base.add(k * COALESCED_BYTES) }.cast(),
+                iov_len: COALESCED_BYTES,
+            };
+            s.set_hdr(k, true);
+        }
+        // SAFETY: the first `n` headers point at live iovecs, sockaddr and
+        // control buffers in `s`, and the iovecs at disjoint scratch
+        // buffers, none of which is borrowed elsewhere during the call (the
+        // pending messages were all handed out: the caller only receives
+        // when the batch has room left after that).
+        let got = unsafe { self.recvmmsg(&mut s.hdrs[..n]) }?;
+        let p = &mut s.pending;
+        p.msgs.clear();
+        p.next = 0;
+        p.offset = 0;
+        p.per_message = 1;
+        for k in 0..got {
+            let h = &s.hdrs[k].msg_hdr;
+            let len = s.hdrs[k].msg_len as usize;
+            let truncated = h.msg_flags & libc::MSG_TRUNC != 0;
+            let segment = match gro_segment(h) {
+                Some(size) if !truncated => size.min(len),
+                _ => len,
+            };
+            if segment > 0 {
+                p.per_message = p.per_message.max(len.div_ceil(segment));
+            }
+            p.msgs.push(Coalesced {
+                len,
+                segment,
+                addr: decode_addr(&s.addrs[k], h.msg_namelen).unwrap_or(UNSPECIFIED),
+                time: if times.is_some() {
+                    arrival_time(h)
+                } else {
+                    None
+                },
+                truncated,
+            });
+        }
+        Ok(p.hand_out(batch, start, times))
+    }
+
+    /// `recvmmsg` without waiting; returns how many messages arrived (0
+    /// when none was ready).
+    ///
+    /// # Safety
+    /// Every header must point at live, writable buffers that stay
+    /// unaliased for the duration of the call.
+    unsafe fn recvmmsg(&self, hdrs: &mut [libc::mmsghdr]) -> io::Result<usize> {
+        loop {
+            // SAFETY: the caller vouches for the headers.
+            let r = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    hdrs.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            match crate::cvt(r) {
+                Ok(n) => return Ok(n as usize),
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EAGAIN) => return Ok(0),
+                    _ => return Err(e),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src(port: u16) -> SocketAddr {
+        SocketAddr::new([198, 18, 0, 1].into(), port)
+    }
+
+    /// Pending messages built by hand: (len, segment, port) each; byte j of
+    /// a message is `j as u8 ^ port`.
+    fn pending(msgs: &[(usize, usize, u16)]) -> Pending {
+        let mut p = Pending {
+            bufs: vec![0; msgs.len() * COALESCED_BYTES],
+            ..Pending::default()
+        };
+        for (k, &(len, segment, port)) in msgs.iter().enumerate() {
+            for (j, b) in p.bufs[k * COALESCED_BYTES..][..len].iter_mut().enumerate() {
+                *b = j as u8 ^ port as u8;
+            }
+            p.msgs.push(Coalesced {
+                len,
+                segment,
+                addr: src(port),
+                time: Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(port as u64)),
+                truncated: false,
+            });
+        }
+        p
+    }
+
+    /// (len, first byte, port, time secs) of slots 0..n.
+    fn slots(
+        b: &PacketBatch,
+        times: &[Option<SystemTime>],
+        n: usize,
+    ) -> Vec<(usize, u8, u16, u64)> {
+        (0..n)
+            .map(|i| {
+                let t = times[i]
+                    .unwrap()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap();
+                (
+                    b.packet(i).len(),
+                    b.packet(i).first().copied().unwrap_or(0),
+                    b.addr(i).port(),
+                    t.as_secs(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn splits_every_segment_into_its_own_slot() {
+        // 1000 + 1000 + 500 bytes from port 7, then one 300-byte datagram.
+        let mut p = pending(&[(2500, 1000, 7), (300, 300, 9)]);
+        let mut b = PacketBatch::new(8, 2048);
+        let mut times = [None; 8];
+        assert_eq!(p.hand_out(&mut b, 0, Some(&mut times)), 4);
+        assert!(p.is_empty());
+        assert_eq!(
+            slots(&b, &times, 4),
+            [
+                (1000, 7, 7, 7),
+                (1000, (1000u32 as u8) ^ 7, 7, 7),
+                (500, (2000u32 as u8) ^ 7, 7, 7),
+                (300, 9, 9, 9)
+            ]
+        );
+        for j in 0..500 {
+            assert_eq!(b.packet(2)[j], (2000 + j) as u8 ^ 7);
+        }
+    }
+
+    #[test]
+    fn what_does_not_fit_waits_for_the_next_batch() {
+        let mut p = pending(&[(5000, 1000, 7), (100, 100, 8)]);
+        let mut b = PacketBatch::new(3, 2048);
+        let mut times = [Some(SystemTime::UNIX_EPOCH); 3];
+        assert_eq!(p.hand_out(&mut b, 1, Some(&mut times)), 3);
+        assert_eq!(
+            slots(&b, &times[..], 3)[1..],
+            [(1000, 7, 7, 7), (1000, (1000u32 as u8) ^ 7, 7, 7)]
+        );
+        assert!(!p.is_empty());
+        assert_eq!(p.hand_out(&mut b, 0, Some(&mut times)), 3);
+        assert_eq!(b.packet(0)[0], (2000u32 as u8) ^ 7);
+        assert_eq!(b.packet(2)[0], (4000u32 as u8) ^ 7);
+        assert_eq!(p.hand_out(&mut b, 0, Some(&mut times)), 1);
+        assert_eq!(slots(&b, &times, 1), [(100, 8, 8, 8)]);
+        assert!(p.is_empty());
+        assert_eq!(p.hand_out(&mut b, 0, None), 0);
+    }
+
+    #[test]
+    fn oversized_truncated_and_empty_datagrams_leave_empty_slots() {
+        let mut p = pending(&[(6000, 3000, 1), (0, 0, 2), (10, 10, 3)]);
+        p.msgs[2].truncated = true;
+        let mut b = PacketBatch::new(8, 2048);
+        assert_eq!(p.hand_out(&mut b, 0, None), 4);
+        let lens: Vec<usize> = (0..4).map(|i| b.packet(i).len()).collect();
+        assert_eq!(lens, [0, 0, 0, 0]);
+        let ports: Vec<u16> = (0..4).map(|i| b.addr(i).port()).collect();
+        assert_eq!(ports, [1, 1, 2, 3]);
+    }
+}
