@@ -311,18 +311,27 @@ impl Daemon {
             self.shared.set_main_deadline(deadline);
             let mut fds = [(0, Interest::READABLE); poll::MAX_FDS];
             fds[0] = (self.shared.waker.as_raw_fd(), Interest::READABLE);
+            // Datagrams left in a socket's scratch by a coalesced receive
+            // wake no poll: such a line counts as readable at once.
+            let mut leftovers = [false; poll::MAX_FDS];
             let n_lines = {
                 let lines = self.shared.lines();
                 let n = lines.sockets().len().min(poll::MAX_FDS - 1);
                 for (i, socket) in lines.sockets().iter().take(n).enumerate() {
                     fds[1 + i] = (socket.as_raw_fd(), Interest::READABLE);
+                    leftovers[i] = socket.has_pending();
                 }
                 n
             };
             let fds = &fds[..1 + n_lines];
-            let ready = poll::wait(fds, Some(deadline.saturating_duration_since(now)))?;
-            for line in 0..n_lines {
-                if ready.is_readable(1 + line) {
+            let wait = if leftovers.contains(&true) {
+                Duration::ZERO
+            } else {
+                deadline.saturating_duration_since(now)
+            };
+            let ready = poll::wait(fds, Some(wait))?;
+            for (line, &leftover) in leftovers.iter().enumerate().take(n_lines) {
+                if leftover || ready.is_readable(1 + line) {
                     self.on_udp_readable(line)?;
                 }
             }

@@ -556,8 +556,26 @@ impl Relay {
             for ev in &events[..n] {
                 self.dispatch(ev.u64)?;
             }
+            self.drain_leftovers()?;
         }
         Ok(self.stats())
+    }
+
+    /// Datagrams a coalesced (GRO) receive left in a socket's scratch wake
+    /// no epoll: hand them on now, or they would wait for the next arrival.
+    fn drain_leftovers(&mut self) -> io::Result<()> {
+        if self.io.listen.has_pending() {
+            self.on_listen()?;
+        }
+        for slot in 0..self.io.clients.slots.len() {
+            let pending = self.io.clients.slots[slot]
+                .as_ref()
+                .is_some_and(|c| c.sock.has_pending());
+            if pending {
+                self.on_client(slot as u32);
+            }
+        }
+        Ok(())
     }
 
     fn next_deadline(&self) -> Option<Instant> {
