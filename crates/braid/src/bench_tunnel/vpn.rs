@@ -499,13 +499,13 @@ fn openvpn(lab: &mut Lab, cipher: Cipher, cipher_none: bool, net: &Net) -> LabRe
         .args(["--ca", &file("ca.crt")])
         .args(["--cert", &file(&format!("{who}.crt"))])
         .args(["--key", &file(&format!("{who}.key"))])
-        .args(["--dh", "none", "--disable-dco", "--verb", "3"])
+        .args(["--disable-dco", "--verb", "3"])
         .args(["--cipher", data_cipher, "--data-ciphers", data_cipher]);
         if cipher_none {
             cmd.args(["--auth", "none"]);
         }
         if server {
-            cmd.arg("--tls-server");
+            cmd.args(["--tls-server", "--dh", "none"]);
         } else {
             cmd.args(["--tls-client", "--remote", &net.endpoint_host, &remote_port]);
         }
