@@ -26,11 +26,26 @@ pub struct Lab {
     namespaces: Vec<String>,
     interfaces: Vec<(String, String)>,
     children: Vec<Option<Child>>,
+    /// Files outside the lab directory to remove on drop (a VPN's UAPI
+    /// socket, which a killed process leaves behind).
+    stray_files: Vec<PathBuf>,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // SIGTERM first, so children remove what they made (sockets, TUN
+        // devices); whoever has not exited after a grace period is killed.
         for child in self.children.iter_mut().flatten() {
+            if matches!(child.try_wait(), Ok(None)) {
+                // SAFETY: a signal to a child we started and have not reaped.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for child in self.children.iter_mut().flatten() {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -43,6 +58,9 @@ impl Drop for Lab {
         }
         for ns in &self.namespaces {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        for file in &self.stray_files {
+            let _ = std::fs::remove_file(file);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -154,6 +172,7 @@ impl Lab {
             namespaces: Vec::new(),
             interfaces: Vec::new(),
             children: Vec::new(),
+            stray_files: Vec::new(),
         })
     }
 
@@ -164,6 +183,11 @@ impl Lab {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Removes `path` when the lab is dropped (after its children stopped).
+    pub fn remove_on_drop(&mut self, path: PathBuf) {
+        self.stray_files.push(path);
     }
 
     /// The namespaces this lab created (and removes when dropped).

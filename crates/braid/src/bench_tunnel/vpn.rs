@@ -373,6 +373,7 @@ fn wg_userspace(lab: &mut Lab, program: &str, flags: &[&str], net: &Net) -> LabR
         cmd.args(flags).arg(&ifname);
         let id = lab.spawn(cmd, &log)?;
         let socket = control::socket_path(&ifname);
+        lab.remove_on_drop(socket.clone());
         wait_for_socket(lab, id, &socket, &log)?;
         let endpoint_line = endpoint
             .map(|e| format!("Endpoint = {e}\n"))
