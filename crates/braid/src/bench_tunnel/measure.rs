@@ -38,7 +38,7 @@ impl Progress {
         );
         if self.tty {
             eprint!("\r{text:<width$}", width = self.shown);
-            self.shown = text.len();
+            self.shown = text.chars().count();
             let _ = std::io::stderr().flush();
         } else if new_phase {
             eprintln!("{text}");
