@@ -10,6 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub type LabResult<T> = Result<T, String>;
@@ -25,11 +26,26 @@ pub struct Lab {
     namespaces: Vec<String>,
     interfaces: Vec<(String, String)>,
     children: Vec<Option<Child>>,
+    /// Files outside the lab directory to remove on drop (a VPN's UAPI
+    /// socket, which a killed process leaves behind).
+    stray_files: Vec<PathBuf>,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // SIGTERM first, so children remove what they made (sockets, TUN
+        // devices); whoever has not exited after a grace period is killed.
         for child in self.children.iter_mut().flatten() {
+            if matches!(child.try_wait(), Ok(None)) {
+                // SAFETY: a signal to a child we started and have not reaped.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for child in self.children.iter_mut().flatten() {
+            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -42,6 +58,9 @@ impl Drop for Lab {
         }
         for ns in &self.namespaces {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        for file in &self.stray_files {
+            let _ = std::fs::remove_file(file);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -58,6 +77,68 @@ pub fn run(cmd: &mut Command) -> LabResult<String> {
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+static STOP_SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP_SIGNALLED.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT, SIGTERM and SIGHUP only raise a flag, so a benchmark can leave
+/// its loop and let the `Lab` be dropped (which removes everything) instead
+/// of dying with namespaces left behind.
+pub fn catch_stop_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe {
+            libc::signal(
+                sig,
+                on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
+    }
+}
+
+/// True once a stop signal caught by `catch_stop_signals` arrived.
+pub fn stop_signalled() -> bool {
+    STOP_SIGNALLED.load(Ordering::SeqCst)
+}
+
+/// `Err("interrupted")` once a stop signal arrived.
+pub fn check_stop() -> LabResult<()> {
+    if stop_signalled() {
+        Err("interrupted".into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sleeps, but returns `Err("interrupted")` early when a stop signal came.
+pub fn sleep_unless_stopped(d: Duration) -> LabResult<()> {
+    let end = Instant::now() + d;
+    loop {
+        check_stop()?;
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}
+
+/// True when `tool` is a runnable file (a path) or found on PATH.
+pub fn tool_exists(tool: &str) -> bool {
+    if tool.contains('/') {
+        use std::os::unix::fs::PermissionsExt;
+        return std::fs::metadata(tool)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    }
+    Command::new("sh")
+        .args(["-c", &format!("command -v '{tool}'")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Fails with a hint when a tool the lab needs is missing.
@@ -91,6 +172,7 @@ impl Lab {
             namespaces: Vec::new(),
             interfaces: Vec::new(),
             children: Vec::new(),
+            stray_files: Vec::new(),
         })
     }
 
@@ -101,6 +183,29 @@ impl Lab {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Removes `path` when the lab is dropped (after its children stopped).
+    pub fn remove_on_drop(&mut self, path: PathBuf) {
+        self.stray_files.push(path);
+    }
+
+    /// The namespaces this lab created (and removes when dropped).
+    pub fn namespaces(&self) -> &[String] {
+        &self.namespaces
+    }
+
+    /// The process id of a child still owned by the lab.
+    pub fn pid(&self, id: ChildId) -> Option<u32> {
+        self.children[id.0].as_ref().map(Child::id)
+    }
+
+    /// True when a child has exited (or was already stopped).
+    pub fn exited(&mut self, id: ChildId) -> bool {
+        match self.children[id.0].as_mut() {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
     }
 
     /// Creates namespace `<prefix>-<role>` with its loopback up.

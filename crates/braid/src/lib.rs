@@ -1,5 +1,6 @@
 pub mod bench_crypto;
 pub mod bench_lines;
+pub mod bench_tunnel;
 pub mod cidr;
 pub mod config;
 pub mod daemon;

@@ -87,6 +87,13 @@ enum BenchCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// One VPN between two namespaces: TCP throughput, ping, CPU per GB
+    /// (braid, none, wireguard-go, boringtun, openvpn).
+    #[command(disable_help_flag = true)]
+    Tunnel {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -109,6 +116,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Netem { args }) => braid::netem::bench::run(&args),
         Command::Bench(BenchCommand::Lines { args }) => braid::bench_lines::run(&args),
         Command::Bench(BenchCommand::Crypto { args }) => braid::bench_crypto::run(&args),
+        Command::Bench(BenchCommand::Tunnel { args }) => braid::bench_tunnel::run(&args),
         Command::Interface(args) => interface(&args),
     };
     match result {
