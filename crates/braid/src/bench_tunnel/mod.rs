@@ -27,7 +27,7 @@ use vpn::{Cipher, Net, VpnKind};
 const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
                           [--seconds N] [--rounds R] [--netem \"FLAGS\"]
-                          [--quick] [--json] [--label TEXT]
+                          [--paths 1|2] [--quick] [--json] [--label TEXT]
 
 Measures one VPN between two network namespaces joined by veth: iperf3 one
 TCP stream, four streams and one reverse stream (Gbit/s), ping idle and
@@ -46,6 +46,9 @@ stdout.
                     quick 1)
   --netem \"FLAGS\"   impair the underlay with `braid netem FLAGS` (e.g.
                     \"--delay 5ms --loss 0.1%\"); needs a tunnel
+  --paths 2         braid only: two veth lines, every packet sent on both
+                    (Mode = redundant) and put back in order by the
+                    reorder window; what duplication costs
   --quick           short runs, for tests
   --json            one JSON object: per-round numbers, medians, min, max
   --label TEXT      the case's name in the progress line and the output
@@ -58,6 +61,9 @@ const UNDERLAY_A: &str = "198.18.90.1";
 const UNDERLAY_B: &str = "198.18.90.2";
 const TUNNEL_A: &str = "198.19.90.1";
 const TUNNEL_B: &str = "198.19.90.2";
+/// The second line of `--paths 2`.
+const UNDERLAY2_A: &str = "198.18.91.1";
+const UNDERLAY2_B: &str = "198.18.91.2";
 
 struct Opts {
     vpn: VpnKind,
@@ -65,6 +71,7 @@ struct Opts {
     seconds: u32,
     rounds: usize,
     netem: Option<String>,
+    paths: u32,
     quick: bool,
     json: bool,
     label: Option<String>,
@@ -77,6 +84,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         seconds: 0,
         rounds: 0,
         netem: None,
+        paths: 1,
         quick: false,
         json: false,
         label: None,
@@ -105,12 +113,16 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             "--rounds" => rounds = Some(number(a, val(a)?, 50)? as usize),
             "--netem" => o.netem = Some(val(a)?),
             "--label" => o.label = Some(val(a)?),
+            "--paths" => o.paths = number(a, val(a)?, 2)?,
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     o.vpn.check_cipher(o.cipher)?;
     if o.netem.is_some() && o.vpn == VpnKind::None {
         return Err("--netem impairs the tunnel's UDP underlay; --vpn none has no tunnel".into());
+    }
+    if o.paths > 1 && o.vpn != VpnKind::Braid {
+        return Err("--paths 2 needs --vpn braid (the others have one line)".into());
     }
     o.seconds = seconds.unwrap_or(if o.quick { 1 } else { 5 });
     o.rounds = rounds.unwrap_or(if o.quick { 1 } else { 3 });
@@ -131,6 +143,9 @@ impl Opts {
             let mut l = self.vpn.name().to_string();
             if self.cipher != Cipher::Auto {
                 l = format!("{l} {}", self.cipher.name());
+            }
+            if self.paths > 1 {
+                l = format!("{l} {} paths redundant", self.paths);
             }
             l
         })
@@ -336,20 +351,39 @@ fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report> {
         (&ns_a, &veth, &format!("{UNDERLAY_A}/24")),
         (&ns_b, &veth, &format!("{UNDERLAY_B}/24")),
     )?;
-    let (endpoint_port, netem_line) = match &o.netem {
+    let second_line = if o.paths > 1 {
+        let veth2 = lab.name("v");
+        lab.veth(
+            (&ns_a, &veth2, &format!("{UNDERLAY2_A}/24")),
+            (&ns_b, &veth2, &format!("{UNDERLAY2_B}/24")),
+        )?;
+        Some((veth, veth2))
+    } else {
+        None
+    };
+    let mut netem_lines = Vec::new();
+    let endpoint_port = match &o.netem {
         Some(flags) => {
             let flags: Vec<&str> = flags.split_whitespace().collect();
-            let line = lab.netem(
-                &ns_b,
-                "underlay",
-                &format!("{UNDERLAY_B}:{}", vpn::NETEM_PORT),
-                &format!("127.0.0.1:{}", vpn::VPN_PORT),
-                &flags,
-            )?;
-            (vpn::NETEM_PORT, Some(line))
+            let underlays: &[&str] = if second_line.is_some() {
+                &[UNDERLAY_B, UNDERLAY2_B]
+            } else {
+                &[UNDERLAY_B]
+            };
+            for (i, underlay) in underlays.iter().enumerate() {
+                netem_lines.push(lab.netem(
+                    &ns_b,
+                    &format!("underlay{}", i + 1),
+                    &format!("{underlay}:{}", vpn::NETEM_PORT),
+                    &format!("127.0.0.1:{}", vpn::VPN_PORT),
+                    &flags,
+                )?);
+            }
+            vpn::NETEM_PORT
         }
-        None => (vpn::VPN_PORT, None),
+        None => vpn::VPN_PORT,
     };
+    let netem_line = netem_lines.first();
     let net = Net {
         ns_a: ns_a.clone(),
         ns_b: ns_b.clone(),
@@ -358,6 +392,12 @@ fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report> {
         tunnel_b: TUNNEL_B.into(),
         endpoint_host: UNDERLAY_B.into(),
         endpoint_port,
+        redundant_lines: second_line.map(|(veth1, veth2)| {
+            [
+                (veth1, UNDERLAY_B.to_string()),
+                (veth2, UNDERLAY2_B.to_string()),
+            ]
+        }),
     };
     progress.line("bringing the tunnel up");
     let tunnel = vpn::bring_up(&mut lab, &o.vpn, o.cipher, &net)?;

@@ -202,6 +202,8 @@ pub struct Net {
     /// Where A sends its tunnel packets: B's VPN port, or the netem line.
     pub endpoint_host: String,
     pub endpoint_port: u16,
+    /// braid `--paths 2`: A's two lines (its veth, B's address on it).
+    pub redundant_lines: Option<[(String, String); 2]>,
 }
 
 /// A tunnel that is up: where to send traffic and whom to charge for it.
@@ -270,10 +272,24 @@ fn braid(lab: &mut Lab, cipher: Cipher, net: &Net) -> LabResult<Tunnel> {
         .braid_value()
         .map(|c| format!("Cipher = {c}\n"))
         .unwrap_or_default();
+    let peer_route = match &net.redundant_lines {
+        None => format!("Endpoint = {}:{}\n", net.endpoint_host, net.endpoint_port),
+        Some(lines) => {
+            let mut s = String::from("Mode = redundant\n");
+            for (i, (veth, host)) in lines.iter().enumerate() {
+                s.push_str(&format!(
+                    "Path = line{} bind={veth} endpoint={host}:{}\n",
+                    i + 1,
+                    net.endpoint_port
+                ));
+            }
+            s
+        }
+    };
     let conf_a = format!(
         "[Interface]\nPrivateKey = {key_a}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}\n\
-         [Peer]\nPublicKey = {pub_b}\nAllowedIPs = {}/32\nEndpoint = {}:{}\n",
-        net.tunnel_a, net.tunnel_b, net.endpoint_host, net.endpoint_port
+         [Peer]\nPublicKey = {pub_b}\nAllowedIPs = {}/32\n{peer_route}",
+        net.tunnel_a, net.tunnel_b
     );
     let conf_b = format!(
         "[Interface]\nPrivateKey = {key_b}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}\n\
