@@ -14,6 +14,7 @@
 //! `ip`'s own error messages are the most useful thing to show an operator.
 
 pub mod netcfg;
+pub mod offload;
 pub mod poll;
 pub mod tun;
 pub mod udp;
