@@ -352,7 +352,7 @@ fn modified(pkts: &mut [Vec<u8>], i: usize, f: impl FnOnce(&mut Vec<u8>)) {
 fn does_not_coalesce_what_differs() {
     let base = || segments(&Spec::default(), &[1000, 1000, 1000]);
     let t = 20;
-    type Change = Box<dyn Fn(&mut Vec<u8>)>;
+    type Change<'a> = Box<dyn Fn(&mut Vec<u8>) + 'a>;
     let cases: Vec<(&str, Change)> = vec![
         ("other port", Box::new(|p| put16(p, t, 1))),
         ("other address", Box::new(|p| p[15] = 9)),
