@@ -21,7 +21,7 @@ pub mod udp;
 pub mod wake;
 
 pub use poll::{wait, Interest, Readiness};
-pub use tun::Tun;
+pub use tun::{Offload, OffloadStats, Tun};
 pub use udp::UdpSocket;
 pub use wake::Waker;
 
