@@ -156,14 +156,14 @@ struct Relay {
 }
 
 impl Relay {
-    fn start(a: Tun, b: Tun, check: bool) -> Relay {
+    fn start(a: Tun, b: Tun, check: bool, slots: usize) -> Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let moved = Arc::new(AtomicU64::new(0));
         let (stop2, moved2) = (stop.clone(), moved.clone());
         let handle = thread::spawn(move || {
-            // 128 slots like the daemon, but each only just MTU-sized: a
-            // segment longer than the MTU would not fit.
-            let mut batch = PacketBatch::new(128, MTU + HEADROOM + TAILROOM);
+            // Slots only just MTU-sized: a segment longer than the MTU
+            // would not fit.
+            let mut batch = PacketBatch::new(slots, MTU + HEADROOM + TAILROOM);
             let mut problems = Vec::new();
             let fds = [
                 (a.as_raw_fd(), Interest::READABLE),
@@ -222,7 +222,7 @@ impl Drop for Relay {
 
 /// Two namespaces joined by the relay. Bind the result as `(a, b, relay)`
 /// so the relay (and its TUNs) goes before the namespaces.
-fn lab(mode: Offload, check: bool) -> (Netns, Netns, Relay) {
+fn lab(mode: Offload, check: bool, slots: usize) -> (Netns, Netns, Relay) {
     let a = Netns::new();
     let b = Netns::new();
     let tun_a = tun_in(&a, mode, ADDR_A);
@@ -230,7 +230,7 @@ fn lab(mode: Offload, check: bool) -> (Netns, Netns, Relay) {
     let want = mode == Offload::Auto;
     assert_eq!(tun_a.offload_enabled(), want, "offload on this kernel");
     assert_eq!(tun_b.offload_enabled(), want);
-    (a, b, Relay::start(tun_a, tun_b, check))
+    (a, b, Relay::start(tun_a, tun_b, check, slots))
 }
 
 /// Client in A sends `total` pattern bytes to a server in B, which echoes
@@ -308,8 +308,8 @@ fn echo_transfer(a: &Netns, b: &Netns, total: u64) {
     assert_eq!(client.join().unwrap(), total, "bytes echoed back");
 }
 
-fn relay_transfer(mode: Offload) -> (OffloadStats, OffloadStats) {
-    let (a, b, relay) = lab(mode, true);
+fn relay_transfer(mode: Offload, slots: usize) -> (OffloadStats, OffloadStats) {
+    let (a, b, relay) = lab(mode, true, slots);
     echo_transfer(&a, &b, 8 << 20);
     let (tun_a, tun_b, problems) = relay.finish();
     assert!(
@@ -327,7 +327,8 @@ fn relay_transfer(mode: Offload) -> (OffloadStats, OffloadStats) {
 
 #[test]
 fn relay_with_offload() {
-    let (a, b) = relay_transfer(Offload::Auto);
+    // 128 slots like the daemon.
+    let (a, b) = relay_transfer(Offload::Auto, 128);
     // The kernel did hand over super-packets, and we wrote some back.
     for s in [a, b] {
         assert!(s.super_packets_read > 0, "{s:?}");
@@ -338,15 +339,23 @@ fn relay_with_offload() {
 }
 
 #[test]
+fn relay_with_offload_and_small_batches() {
+    // Fewer slots than a super-packet has segments: the rest of each waits
+    // for the next read_batch (has_pending), none is lost.
+    let (a, _) = relay_transfer(Offload::Auto, 7);
+    assert!(a.segments_read > 7 * a.super_packets_read, "{a:?}");
+}
+
+#[test]
 fn relay_without_offload() {
-    let (a, b) = relay_transfer(Offload::Off);
+    let (a, b) = relay_transfer(Offload::Off, 128);
     assert_eq!(a, OffloadStats::default());
     assert_eq!(b, OffloadStats::default());
 }
 
 /// One TCP stream A -> B through the relay for a few seconds.
 fn stream_gbps(mode: Offload, seconds: u64) -> f64 {
-    let (a, b, relay) = lab(mode, false);
+    let (a, b, relay) = lab(mode, false, 128);
     let server_addr: SocketAddr = format!("{ADDR_B}:5202").parse().unwrap();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let server = b.spawn(move || {
