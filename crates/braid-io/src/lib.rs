@@ -14,13 +14,14 @@
 //! `ip`'s own error messages are the most useful thing to show an operator.
 
 pub mod netcfg;
+pub mod offload;
 pub mod poll;
 pub mod tun;
 pub mod udp;
 pub mod wake;
 
 pub use poll::{wait, Interest, Readiness};
-pub use tun::Tun;
+pub use tun::{Offload, OffloadStats, Tun};
 pub use udp::UdpSocket;
 pub use wake::Waker;
 

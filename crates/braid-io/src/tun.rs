@@ -8,28 +8,79 @@
 //! [`HEADROOM`], with [`TAILROOM`] left free behind them, so the core can
 //! turn each into a WireGuard data message in place.
 //!
-//! Offload (`IFF_VNET_HDR` + `TUNSETOFFLOAD`, which would let one read return
-//! a 64 KiB TSO super-packet) is not enabled yet. It plugs in at two points:
-//! [`Tun::create`] adds the flag and the offload ioctl, and
-//! `read_packet`/`write_packet` strip/prepend the `virtio_net_hdr` (and
-//! segment / coalesce); the batch loops stay as they are.
+//! With offload (the default where the kernel allows it) the device carries
+//! a `virtio_net_hdr` in front of every packet and the kernel may hand over
+//! a 64 KiB TCP super-packet in one read and accept one in one write. The
+//! batch interface stays one plain IP packet per slot: reads split
+//! super-packets into MTU-sized segments ([`crate::offload::split`]),
+//! writes coalesce runs of one TCP flow into super-packets
+//! ([`crate::offload::coalesce`]). The kernel's TCP stack then does one pass
+//! per 64 KiB instead of per segment on both sides of the tunnel.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use braid_core::batch::{PacketBatch, HEADROOM, TAILROOM};
 
+use crate::offload::VNET_HDR_LEN;
+
+mod offload_io;
+
+use offload_io::{ReadScratch, WriteScratch};
+
 /// Packets from the TUN have no remote address; slots get this one.
 const NO_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+
+/// The offloads we ask for: checksum and TCP segmentation for both IP
+/// versions. No ECN (CWR) super-packets and no UDP segmentation: the kernel
+/// segments those itself before they reach us.
+const OFFLOAD_FLAGS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+
+/// Whether [`Tun::create_with`] tries the offload mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offload {
+    /// Offload if the kernel accepts it, otherwise the plain mode.
+    Auto,
+    /// Plain mode: one packet per read and write, no `virtio_net_hdr`.
+    Off,
+}
 
 /// An open, non-persistent TUN interface; see the module documentation.
 #[derive(Debug)]
 pub struct Tun {
     fd: OwnedFd,
     name: String,
+    offload: bool,
     dropped: AtomicU64,
+    stats: Counters,
+    rx: Mutex<ReadScratch>,
+    tx: Mutex<WriteScratch>,
+}
+
+/// What offload did so far; see [`Tun::offload_stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffloadStats {
+    /// TSO super-packets read (each split into several slots).
+    pub super_packets_read: u64,
+    /// Packets those super-packets were split into.
+    pub segments_read: u64,
+    /// Super-packets written (each made of several batch packets).
+    pub super_packets_written: u64,
+    /// Batch packets that went out inside those super-packets.
+    pub segments_written: u64,
+}
+
+/// [`OffloadStats`] as it is counted: updated once per super-packet, not
+/// per packet.
+#[derive(Debug, Default)]
+struct Counters {
+    super_packets_read: AtomicU64,
+    segments_read: AtomicU64,
+    super_packets_written: AtomicU64,
+    segments_written: AtomicU64,
 }
 
 /// What one packet read/write did, for the batch loops.
@@ -42,16 +93,52 @@ enum Step {
 
 impl Tun {
     /// Creates the TUN interface `name` (kernel-chosen if empty or a pattern
-    /// such as `"braid%d"`; see [`name`](Self::name) for the result).
+    /// such as `"braid%d"`; see [`name`](Self::name) for the result), with
+    /// offload if the kernel supports it ([`Offload::Auto`]).
     ///
     /// Needs `CAP_NET_ADMIN`. The descriptor is non-blocking and close-on-exec.
     pub fn create(name: &str) -> io::Result<Tun> {
+        Self::create_with(name, Offload::Auto)
+    }
+
+    /// Like [`create`](Self::create), choosing the offload mode;
+    /// [`offload_enabled`](Self::offload_enabled) tells what was granted.
+    pub fn create_with(name: &str, offload: Offload) -> io::Result<Tun> {
         if name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0 || b == b'/') {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("invalid interface name {name:?} (at most 15 bytes, no '/' or NUL)"),
             ));
         }
+        if offload == Offload::Auto {
+            if let Ok((fd, actual)) = Self::open(name, true) {
+                if Self::enable_offload(&fd).is_ok() {
+                    return Ok(Self::new(fd, actual, true));
+                }
+                // The device has a vnet header but no offload: closing the
+                // descriptor removes it, and the plain one replaces it.
+                drop(fd);
+            }
+        }
+        let (fd, actual) = Self::open(name, false)?;
+        Ok(Self::new(fd, actual, false))
+    }
+
+    fn new(fd: OwnedFd, name: String, offload: bool) -> Tun {
+        Tun {
+            fd,
+            name,
+            offload,
+            dropped: AtomicU64::new(0),
+            stats: Counters::default(),
+            rx: Mutex::new(ReadScratch::new(offload)),
+            tx: Mutex::new(WriteScratch::new()),
+        }
+    }
+
+    /// Opens /dev/net/tun and attaches it to interface `name`; returns the
+    /// descriptor and the name the kernel chose.
+    fn open(name: &str, vnet_hdr: bool) -> io::Result<(OwnedFd, String)> {
         // SAFETY: the path is a NUL-terminated literal; flags are valid.
         let fd = crate::cvt(unsafe {
             libc::open(
@@ -69,7 +156,12 @@ impl Tun {
         for (dst, &src) in ifr.ifr_name.iter_mut().zip(name.as_bytes()) {
             *dst = src as libc::c_char;
         }
-        ifr.ifr_ifru.ifru_flags = Self::iff_flags();
+        // Layer-3 packets without the 4-byte packet-info prefix.
+        let mut flags = libc::IFF_TUN | libc::IFF_NO_PI;
+        if vnet_hdr {
+            flags |= libc::IFF_VNET_HDR;
+        }
+        ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `ifr`
         // is, and it outlives the call.
         crate::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) })
@@ -81,22 +173,36 @@ impl Tun {
             .take_while(|&&c| c != 0)
             .map(|&c| c as u8)
             .collect();
-        Ok(Tun {
-            fd,
-            name: String::from_utf8_lossy(&name_bytes).into_owned(),
-            dropped: AtomicU64::new(0),
-        })
+        Ok((fd, String::from_utf8_lossy(&name_bytes).into_owned()))
     }
 
-    /// The TUNSETIFF flags: layer-3 packets without the 4-byte packet-info
-    /// prefix. `IFF_VNET_HDR` joins here when offload is added.
-    fn iff_flags() -> libc::c_short {
-        (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short
+    /// Fixes the `virtio_net_hdr` at its 10-byte form and turns on checksum
+    /// and TCP segmentation offload.
+    fn enable_offload(fd: &OwnedFd) -> io::Result<()> {
+        let size = VNET_HDR_LEN as libc::c_int;
+        // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, which
+        // points at `size` for the duration of the call.
+        crate::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size) })?;
+        // SAFETY: TUNSETOFFLOAD takes the flags as the argument value itself.
+        crate::cvt(unsafe {
+            libc::ioctl(
+                fd.as_raw_fd(),
+                libc::TUNSETOFFLOAD,
+                OFFLOAD_FLAGS as libc::c_ulong,
+            )
+        })?;
+        Ok(())
     }
 
     /// The interface name the kernel assigned.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the device runs with offload (`virtio_net_hdr`, TSO split on
+    /// read, coalescing on write).
+    pub fn offload_enabled(&self) -> bool {
+        self.offload
     }
 
     /// Packets dropped so far: too long to read into a slot, rejected by the
@@ -105,14 +211,37 @@ impl Tun {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// Counts of what offload did (all zero in plain mode).
+    pub fn offload_stats(&self) -> OffloadStats {
+        let c = &self.stats;
+        OffloadStats {
+            super_packets_read: c.super_packets_read.load(Ordering::Relaxed),
+            segments_read: c.segments_read.load(Ordering::Relaxed),
+            super_packets_written: c.super_packets_written.load(Ordering::Relaxed),
+            segments_written: c.segments_written.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether segments of a super-packet are waiting for the next
+    /// [`read_batch`](Self::read_batch): they are not visible to `poll` on
+    /// the descriptor. This only happens when a batch came back full.
+    pub fn has_pending(&self) -> bool {
+        self.rx.lock().unwrap().has_pending()
+    }
+
     /// Clears `batch` and fills it with the packets that are ready, up to its
     /// capacity; returns how many (0 when none was ready).
     ///
     /// Each packet lands in its slot at [`HEADROOM`] and is at most
     /// `stride - HEADROOM - TAILROOM` bytes; a longer one is dropped (and
     /// counted in [`dropped`](Self::dropped)), so size the stride for the
-    /// interface MTU.
+    /// interface MTU. With offload, a super-packet's segments fill
+    /// consecutive slots; segments that do not fit wait for the next call
+    /// (see [`has_pending`](Self::has_pending)), nothing is dropped.
     pub fn read_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
+        if self.offload {
+            return self.read_batch_offload(batch);
+        }
         batch.clear();
         let max = batch.stride() - HEADROOM - TAILROOM;
         let mut n = 0;
@@ -148,7 +277,14 @@ impl Tun {
     /// packets are dropped: the TUN queue is the kernel's stack, which only
     /// pushes back when it is overwhelmed anyway. Drops are counted in
     /// [`dropped`](Self::dropped). Only a dead descriptor is an error.
+    ///
+    /// With offload, runs of one TCP flow in the batch are written as one
+    /// super-packet each (their payloads are not copied); they count as the
+    /// packets they were.
     pub fn write_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
+        if self.offload {
+            return self.write_batch_offload(batch);
+        }
         let mut written = 0;
         for i in 0..batch.len() {
             let pkt = batch.packet(i);
