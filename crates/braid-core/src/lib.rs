@@ -11,6 +11,7 @@ pub mod device;
 pub mod ext;
 pub mod link;
 pub mod messages;
+pub mod mss;
 pub mod noise;
 pub mod path;
 pub mod peer;
