@@ -150,7 +150,7 @@ fn lower_mss(tcp: &mut [u8], value_at: usize, max_mss: u16) -> bool {
     // The checksum sums 16-bit words aligned to the TCP header; after an
     // odd number of NOPs the value straddles two of them.
     let first_word = value_at & !1;
-    let words = if value_at % 2 == 0 { 1 } else { 2 };
+    let words = if value_at.is_multiple_of(2) { 1 } else { 2 };
     let before = sum_words(&tcp[first_word..first_word + 2 * words]);
     tcp[value_at..value_at + 2].copy_from_slice(&max_mss.to_be_bytes());
     let after = sum_words(&tcp[first_word..first_word + 2 * words]);
@@ -202,7 +202,7 @@ mod tests {
         t[0..2].copy_from_slice(&40000u16.to_be_bytes());
         t[2..4].copy_from_slice(&5201u16.to_be_bytes());
         t[4..8].copy_from_slice(&0x1234_5678u32.to_be_bytes());
-        t[12] = ((20 + options.len()) / 4 << 4) as u8;
+        t[12] = (((20 + options.len()) / 4) << 4) as u8;
         t[13] = flags;
         t[14..16].copy_from_slice(&64240u16.to_be_bytes());
         t.extend_from_slice(options);
