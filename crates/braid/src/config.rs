@@ -45,6 +45,20 @@ pub struct InterfaceConfig {
     pub save_config: bool,
     /// braid: the data cipher between braid peers (`Cipher =`, default auto).
     pub cipher: CipherPolicy,
+    /// braid: how the MSS of TCP SYNs through the tunnel is clamped
+    /// (`MssFix =`, default auto).
+    pub mss_fix: MssFix,
+}
+
+/// braid's `MssFix =`: the largest MSS a TCP SYN or SYN-ACK crossing the
+/// tunnel may announce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MssFix {
+    /// Follows the interface's current MTU.
+    #[default]
+    Auto,
+    Fixed(u16),
+    Off,
 }
 
 /// wg-quick's `Table =`: which routing table receives the AllowedIPs routes.
@@ -288,6 +302,7 @@ struct InterfaceBuilder {
     post_down: Vec<String>,
     save_config: Slot<bool>,
     cipher: Slot<CipherPolicy>,
+    mss_fix: Slot<MssFix>,
 }
 
 #[derive(Default)]
@@ -381,6 +396,7 @@ impl InterfaceBuilder {
             "postdown" => extend(&mut self.post_down, "PostDown", Ok(vec![value.to_string()])),
             "saveconfig" => set_once(&mut self.save_config, "SaveConfig", parse_bool(value), line),
             "cipher" => set_once(&mut self.cipher, "Cipher", parse_cipher(value), line),
+            "mssfix" => set_once(&mut self.mss_fix, "MssFix", parse_mss_fix(value), line),
             _ => Err(key_err(raw_key, "unknown key in [Interface] section")),
         }
     }
@@ -605,6 +621,7 @@ impl Parser<'_> {
                 post_down: iface.post_down,
                 save_config: iface.save_config.is_some_and(|v| v.0),
                 cipher: iface.cipher.map(|v| v.0).unwrap_or_default(),
+                mss_fix: iface.mss_fix.map(|v| v.0).unwrap_or_default(),
             },
             peers,
         })
@@ -655,6 +672,19 @@ fn parse_mtu(s: &str) -> Result<u32, String> {
         .filter(|v| (68..=65535).contains(v))
         .map(|v| v as u32)
         .ok_or_else(|| format!("invalid MTU {s:?} (expected 68-65535)"))
+}
+
+/// 536 is the MSS every IPv4 host must accept; 65495 fills the largest
+/// MTU (65535) less the IPv4 and TCP headers.
+fn parse_mss_fix(s: &str) -> Result<MssFix, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "auto" => Ok(MssFix::Auto),
+        "off" => Ok(MssFix::Off),
+        _ => parse_decimal(s)
+            .filter(|v| (536..=65495).contains(v))
+            .map(|v| MssFix::Fixed(v as u16))
+            .ok_or_else(|| format!("invalid MSS {s:?} (expected auto, off or 536-65495)")),
+    }
 }
 
 fn parse_table(s: &str) -> Result<Table, String> {
@@ -959,6 +989,12 @@ mod tests {
                 c.peers[0].allowed_ips.len() == 3
             }),
             ("[Peer]\nPublicKey={PEER}\n[Interface]\nPrivateKey={SK}", |c| c.peers.len() == 1),
+            ("[Interface]\nPrivateKey={SK}", |c| c.interface.mss_fix == MssFix::Auto),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = AUTO", |c| c.interface.mss_fix == MssFix::Auto),
+            ("[Interface]\nPrivateKey={SK}\nmssfix=off", |c| c.interface.mss_fix == MssFix::Off),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = 1000", |c| c.interface.mss_fix == MssFix::Fixed(1000)),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = 536", |c| c.interface.mss_fix == MssFix::Fixed(536)),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = 65495", |c| c.interface.mss_fix == MssFix::Fixed(65495)),
             ("[Interface]\nPrivateKey={SK}\nListenPort=0\nSaveConfig=false\nMTU=65535", |c| {
                 c.interface.listen_port == Some(0) && c.interface.mtu == Some(65535)
             }),
@@ -1009,6 +1045,12 @@ mod tests {
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = bad/name endpoint=198.18.0.1:1", Some(5), Some("Path"), "invalid path name"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMode = striped", Some(5), Some("Mode"), "unknown mode \"striped\""),
             ("[Interface]\nPrivateKey={SK}\nCipher = des\n", Some(3), Some("Cipher"), "unknown cipher \"des\""),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = 535", Some(3), Some("MssFix"), "invalid MSS \"535\" (expected auto, off or 536-65495)"),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = 65496", Some(3), Some("MssFix"), "invalid MSS \"65496\""),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = on", Some(3), Some("MssFix"), "expected auto, off or 536-65495"),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = -1", Some(3), Some("MssFix"), "invalid MSS"),
+            ("[Interface]\nPrivateKey={SK}\nMssFix = off\nMssFix = 1000", Some(4), Some("MssFix"), "duplicate key (already set on line 3)"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMssFix = 1000", Some(5), Some("MssFix"), "unknown key in [Peer]"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nCipher = aes\n", Some(5), Some("Cipher"), "unknown cipher \"aes\""),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 5", Some(5), Some("ReorderHold"), "needs a unit"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 3 weeks", Some(5), Some("ReorderHold"), "unknown unit"),

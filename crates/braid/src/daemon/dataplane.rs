@@ -14,11 +14,13 @@
 //! whole after its seals.
 
 use super::lines::Lines;
+use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
 use braid_core::device::{CryptoJobs, Device};
+use braid_core::mss::{self, MssLimit};
 use braid_io::{poll, Interest, Tun, Waker};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -37,10 +39,21 @@ pub struct Shared {
     main_deadline: AtomicU64,
     epoch: Instant,
     stop: AtomicBool,
+    mss_fix: MssFix,
+    /// The interface MTU as last read, for `MssFix = auto`; the data-plane
+    /// threads read it per batch without taking the device lock.
+    tunnel_mtu: AtomicU32,
 }
 
 impl Shared {
-    pub fn new(device: Device, tun: Tun, lines: Lines, waker: Arc<Waker>) -> Shared {
+    pub fn new(
+        device: Device,
+        tun: Tun,
+        lines: Lines,
+        waker: Arc<Waker>,
+        mtu: u32,
+        mss_fix: MssFix,
+    ) -> Shared {
         Shared {
             device: Mutex::new(device),
             tun,
@@ -49,7 +62,26 @@ impl Shared {
             main_deadline: AtomicU64::new(0),
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
+            mss_fix,
+            tunnel_mtu: AtomicU32::new(mtu),
         }
+    }
+
+    /// Records a new interface MTU for the device and the MSS clamp.
+    pub fn set_mtu(&self, mtu: u32) {
+        self.device().set_mtu(mtu as usize);
+        self.tunnel_mtu.store(mtu, Ordering::Relaxed);
+    }
+
+    /// Lowers the MSS of TCP SYNs in `batch` (read from or bound for the
+    /// TUN) to what the tunnel carries, as `MssFix` says.
+    pub fn clamp_mss(&self, batch: &mut PacketBatch) {
+        let limit = match self.mss_fix {
+            MssFix::Auto => MssLimit::from_mtu(self.tunnel_mtu.load(Ordering::Relaxed) as usize),
+            MssFix::Fixed(mss) => MssLimit::fixed(mss),
+            MssFix::Off => return,
+        };
+        mss::clamp_batch(batch, limit);
     }
 
     pub fn device(&self) -> MutexGuard<'_, Device> {
@@ -136,6 +168,7 @@ pub fn run_outbound(
                 if shared.tun.read_batch(&mut batch)? == 0 {
                     break;
                 }
+                shared.clamp_mss(&mut batch);
                 let now = Instant::now();
                 let (pending, deadline) = {
                     let mut device = shared.device();

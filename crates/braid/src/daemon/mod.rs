@@ -17,7 +17,7 @@ pub mod dataplane;
 pub mod lines;
 pub mod routes;
 
-use crate::config::Config;
+use crate::config::{Config, MssFix};
 use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
 use background::ReadyPipe;
 use braid_core::batch::PacketBatch;
@@ -212,9 +212,13 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
             return Err(e);
         }
     }
+    let mss_fix = req
+        .config
+        .as_ref()
+        .map_or(MssFix::default(), |c| c.interface.mss_fix);
     let daemon = Daemon {
         name: name.clone(),
-        shared: Arc::new(Shared::new(device, tun, lines, waker)),
+        shared: Arc::new(Shared::new(device, tun, lines, waker, mtu, mss_fix)),
         state,
         requests,
         udp_batch: PacketBatch::new(BATCH, SLOT_BYTES),
@@ -350,7 +354,7 @@ impl Daemon {
                     break;
                 }
                 if let Ok(mtu) = netcfg::link_mtu(&self.name) {
-                    self.shared.device().set_mtu(mtu as usize);
+                    self.shared.set_mtu(mtu);
                 }
             }
         }
@@ -375,6 +379,7 @@ impl Daemon {
                 device.finish_decapsulate(now, &mut self.udp_batch, &self.jobs);
                 device.has_pending_transmit()
             };
+            self.shared.clamp_mss(&mut self.udp_batch);
             self.shared.tun.write_batch(&self.udp_batch)?;
             self.write_released()?;
             if pending {
@@ -394,6 +399,7 @@ impl Daemon {
             self.control_batch.clear();
             let more = self.shared.device().poll_tun(&mut self.control_batch);
             if !self.control_batch.is_empty() {
+                self.shared.clamp_mss(&mut self.control_batch);
                 self.shared.tun.write_batch(&self.control_batch)?;
             }
             if !more {
