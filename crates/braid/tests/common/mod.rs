@@ -852,6 +852,8 @@ pub struct IfaceConf {
     /// wg-quick only (not understood by `wg setconf`)
     pub address: Vec<String>,
     pub mtu: Option<u32>,
+    /// braid's own `[Interface]` lines (MssFix =, …): wg-quick files only.
+    pub braid_lines: Vec<String>,
     pub peers: Vec<PeerConf>,
 }
 
@@ -878,6 +880,9 @@ impl IfaceConf {
             }
             if let Some(m) = self.mtu {
                 s += &format!("MTU = {m}\n");
+            }
+            for line in &self.braid_lines {
+                s += &format!("{line}\n");
             }
         }
         for p in &self.peers {
