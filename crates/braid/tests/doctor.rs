@@ -118,8 +118,23 @@ fn missing_interface_fails() {
 
 #[test]
 fn interface_checks() {
-    let test = "doctor_interface";
-    if !preflight(test, &["ip", "wg", "ping"]) {
+    doctor_pair("doctor_interface", false);
+}
+
+#[test]
+fn stock_peer_noted() {
+    doctor_pair("doctor_stock_peer", true);
+}
+
+/// braid in namespace A, peer B braid or (`stock`) wireguard-go; runs
+/// `braid doctor` on A's interface once a ping went through.
+fn doctor_pair(test: &str, stock: bool) {
+    let tools: &[&str] = if stock {
+        &["ip", "wg", "ping", "wireguard-go"]
+    } else {
+        &["ip", "wg", "ping"]
+    };
+    if !preflight(test, tools) {
         return;
     }
     let env = TestEnv::new(test);
@@ -163,8 +178,11 @@ fn interface_checks() {
         }],
         ..Default::default()
     };
-    let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
-    side_b.assert_up();
+    let mut side_b = (!stock).then(|| BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon));
+    if let Some(b) = side_b.as_mut() {
+        b.assert_up();
+    }
+    let _stock_b = stock.then(|| WgGo::start(&env, &nsb, &ifb, &conf_b));
     let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
     side_a.assert_up();
     assert!(
@@ -172,6 +190,15 @@ fn interface_checks() {
         "{test}: no reply from {tb} through the tunnel"
     );
     ping(&nsa, &tb, 3);
+    if !stock {
+        // A braid peer is told from a stock one by its answered path probes.
+        let probed = wait_until(LONG, || {
+            nsa.run(BRAID, &["show", &ifa], SHORT)
+                .stdout
+                .contains(", rtt ")
+        });
+        assert!(probed, "{test}: no path rtt measured within {LONG:?}");
+    }
 
     let mut cmd = nsa.cmd(BRAID);
     cmd.args(["doctor", &ifa]);
@@ -203,11 +230,18 @@ fn interface_checks() {
         handshake.len() == 1 && handshake[0].0 == "ok",
         "peer handshake line:\n{text}"
     );
-    assert_eq!(
-        lines_for(text, &format!("peer {prefix}… cipher")).len(),
-        1,
-        "{text}"
-    );
+    let cipher = lines_for(text, &format!("peer {prefix}… cipher"));
+    assert!(cipher.len() == 1 && cipher[0].0 == "ok", "{text}");
+    let kind = lines_for(text, &format!("peer {prefix}… kind"));
+    if stock {
+        assert!(
+            kind.len() == 1 && kind[0].1.contains("speaks no braid"),
+            "a wireguard-go peer is noted as stock:\n{text}"
+        );
+        assert!(cipher[0].1.contains("ChaCha20-Poly1305"), "{text}");
+    } else {
+        assert!(kind.is_empty(), "a braid peer is not called stock:\n{text}");
+    }
     assert!(
         !text.contains(&ka.private) && !text.contains(&kb.private),
         "doctor printed a private key"
@@ -225,5 +259,7 @@ fn interface_checks() {
         "{v}"
     );
     side_a.down();
-    side_b.down();
+    if let Some(b) = side_b.as_mut() {
+        b.down();
+    }
 }

@@ -108,12 +108,20 @@ fn io_offloads(name: &str, snap: &DeviceSnapshot) -> Vec<Check> {
             None => {}
         }
     }
+    let packets: u64 = snap
+        .peers
+        .iter()
+        .map(|p| {
+            extra(&p.extra, "rx_packets").unwrap_or(0) + extra(&p.extra, "tx_packets").unwrap_or(0)
+        })
+        .sum();
+    // A few drops at start-up or in a burst are normal; a share is not.
     let dropped: Vec<String> = ["tun_dropped", "udp_dropped"]
         .into_iter()
         .filter_map(|k| {
             extra(&snap.extra, k)
-                .filter(|&n| n > 0)
-                .map(|n| format!("{k} {n}"))
+                .filter(|&n| n as f64 > packets as f64 * TOO_LATE)
+                .map(|n| format!("{k} {n} of {packets} packets"))
         })
         .collect();
     if !dropped.is_empty() {
@@ -202,8 +210,14 @@ fn peer_label(peer: &PeerSnapshot) -> String {
     format!("peer {}…", &key[..key.len().min(8)])
 }
 
+/// Whether the peer runs braid's extensions: the daemon's `speaks_braid`
+/// counter when it reports one, else whether a path has an rtt (only a
+/// braid peer answers path probes).
 fn speaks_braid(peer: &PeerSnapshot) -> bool {
-    peer.paths.iter().any(|p| p.state != "unknown")
+    match extra(&peer.extra, "speaks_braid") {
+        Some(v) => v != 0,
+        None => peer.paths.iter().any(|p| p.rtt_us.is_some()),
+    }
 }
 
 fn peer_checks(peer: &PeerSnapshot, rates: &CipherRates, now: SystemTime) -> Vec<Check> {
@@ -323,11 +337,17 @@ fn window(label: &str, peer: &PeerSnapshot) -> Vec<Check> {
         pct(buffered)
     );
     if share(late) > TOO_LATE {
+        let target = match suggested_hold_ms(&peer.paths) {
+            Some(ms) if ms > hold_ms => {
+                format!(" (about {ms:.0} ms from the paths' rtt and jitter)")
+            }
+            _ => String::new(),
+        };
         v.push(Check::warn(
             check,
             reorder_finding,
             format!(
-                "packets arrive later than the reorder window waits: raise `ReorderHold` for this peer above {hold_ms:.0} ms to the rtt spread between its paths plus their jitter, so late packets are delivered in order instead of dropped"
+                "packets arrive later than the reorder window waits: raise `ReorderHold` for this peer above {hold_ms:.0} ms to the rtt spread between its paths plus their jitter{target}, so late packets are delivered in order instead of dropped"
             ),
         ));
     } else if share(buffered) > REORDERING && hold_ms == 0.0 {
@@ -340,6 +360,15 @@ fn window(label: &str, peer: &PeerSnapshot) -> Vec<Check> {
         v.push(Check::ok(check, reorder_finding));
     }
     v
+}
+
+/// How long the slowest path's packets trail the fastest's: half the rtt
+/// spread (one way) plus twice the largest jitter, in ms.
+fn suggested_hold_ms(paths: &[PathSnapshot]) -> Option<f64> {
+    let rtts: Vec<u64> = paths.iter().filter_map(|p| p.rtt_us).collect();
+    let (lo, hi) = (rtts.iter().min()?, rtts.iter().max()?);
+    let jitter = paths.iter().filter_map(|p| p.jitter_us).max().unwrap_or(0);
+    Some(((hi - lo) as f64 / 2.0 + 2.0 * jitter as f64) / 1000.0)
 }
 
 fn path(label: &str, p: &PathSnapshot) -> Check {
@@ -420,6 +449,29 @@ mod tests {
         assert_eq!(handshake("p", &p, now).level, super::super::Level::Warn);
         p.last_handshake = Some(now - Duration::from_secs(10));
         assert_eq!(handshake("p", &p, now).level, super::super::Level::Ok);
+    }
+
+    #[test]
+    fn hold_suggestion_from_rtt_spread_and_jitter() {
+        let path = |rtt_ms: u64, jitter_ms: u64| PathSnapshot {
+            name: "l".into(),
+            remote: "198.18.0.1:1".parse().unwrap(),
+            state: "up".into(),
+            rx_packets: 0,
+            rx_bytes: 0,
+            tx_packets: 0,
+            tx_bytes: 0,
+            first_arrivals: 0,
+            rtt_us: Some(rtt_ms * 1000),
+            jitter_us: Some(jitter_ms * 1000),
+            loss: 0.0,
+            loss_out: 0.0,
+            loss_in: 0.0,
+        };
+        // (80 - 20) / 2 + 2 * 5 = 40 ms.
+        let ms = suggested_hold_ms(&[path(20, 1), path(80, 5)]).unwrap();
+        assert!((ms - 40.0).abs() < 1e-9, "{ms}");
+        assert_eq!(suggested_hold_ms(&[]), None);
     }
 
     #[test]
