@@ -168,32 +168,42 @@ fn socket_buffers() -> Vec<Check> {
     [("rmem_max", "receive"), ("wmem_max", "send")]
         .into_iter()
         .map(|(key, dir)| {
-            let check = format!("socket buffers net.core.{key}");
-            let Some(v) = read_sysctl(&format!("/proc/sys/net/core/{key}")) else {
-                return Check::warn(
-                    check,
-                    format!("/proc/sys/net/core/{key} is unreadable"),
-                    "cannot tell whether braid gets its 4 MiB socket buffers",
-                );
-            };
-            if v >= WANTED_SOCKET_BUFFER {
-                Check::ok(check, format!("{v}: braid's 4 MiB {dir} buffers fit"))
-            } else if root {
-                Check::ok(
-                    check,
-                    format!(
-                        "{v}, below braid's 4 MiB, but braid runs as root and forces its {dir} buffers past it"
-                    ),
-                )
-            } else {
-                Check::warn(
-                    check,
-                    format!("{v}: braid asks for 4 MiB {dir} buffers and gets less without root (CAP_NET_ADMIN lets it force them)"),
-                    format!("raise it with `sysctl -w net.core.{key}=8388608` to avoid drops at high rates"),
-                )
-            }
+            let value = read_sysctl(&format!("/proc/sys/net/core/{key}"));
+            socket_buffer(key, dir, value, root)
         })
         .collect()
+}
+
+/// The check of one `net.core.{r,w}mem_max` value (None: unreadable).
+fn socket_buffer(key: &str, dir: &str, value: Option<u64>, root: bool) -> Check {
+    let check = format!("socket buffers net.core.{key}");
+    let Some(v) = value else {
+        return Check::warn(
+            check,
+            format!("/proc/sys/net/core/{key} is unreadable"),
+            "cannot tell whether braid gets its 4 MiB socket buffers",
+        );
+    };
+    if v >= WANTED_SOCKET_BUFFER {
+        Check::ok(check, format!("{v}: braid's 4 MiB {dir} buffers fit"))
+    } else if root {
+        Check::ok(
+            check,
+            format!(
+                "{v}, below braid's 4 MiB, but braid run as root (CAP_NET_ADMIN) forces its {dir} buffers past it"
+            ),
+        )
+    } else {
+        Check::warn(
+            check,
+            format!(
+                "{v}: braid asks for 4 MiB {dir} buffers and gets less without root (CAP_NET_ADMIN lets it force them)"
+            ),
+            format!(
+                "raise it with `sysctl -w net.core.{key}=8388608` to avoid drops at high rates"
+            ),
+        )
+    }
 }
 
 fn is_root() -> bool {
@@ -294,6 +304,21 @@ mod tests {
         assert_eq!(kernel_version("6.18.0"), Some((6, 18)));
         assert_eq!(kernel_version("4.19"), Some((4, 19)));
         assert_eq!(kernel_version("x"), None);
+    }
+
+    #[test]
+    fn small_socket_buffer_warns_without_root() {
+        let c = socket_buffer("rmem_max", "receive", Some(212992), false);
+        assert_eq!(c.level, super::super::Level::Warn);
+        assert!(c.finding.starts_with("212992: braid asks for 4 MiB"));
+        assert!(c
+            .advice
+            .unwrap()
+            .contains("sysctl -w net.core.rmem_max=8388608"));
+        let c = socket_buffer("rmem_max", "receive", Some(212992), true);
+        assert_eq!(c.level, super::super::Level::Ok);
+        let c = socket_buffer("wmem_max", "send", Some(8 << 20), false);
+        assert_eq!(c.level, super::super::Level::Ok);
     }
 
     #[test]
