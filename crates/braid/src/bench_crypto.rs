@@ -216,6 +216,12 @@ fn measure(cipher: Cipher, op: Op, size: usize, dur: Duration, seed: usize) -> f
     (ops * size as u64) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// Bytes of `size`-byte packets one core seals per second, measured for
+/// `dur` (what `braid doctor` runs to pick the faster cipher here).
+pub fn seal_rate(cipher: Cipher, size: usize, dur: Duration) -> f64 {
+    measure(cipher, Op::Seal, size, dur, 0)
+}
+
 /// One thread per core, each on its own key, started together; the sum of
 /// their rates.
 fn measure_parallel(cipher: Cipher, op: Op, size: usize, dur: Duration, threads: usize) -> f64 {

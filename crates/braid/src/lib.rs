@@ -5,6 +5,7 @@ pub mod cidr;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod doctor;
 pub mod keys;
 pub mod lab;
 pub mod netem;

@@ -39,6 +39,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check this machine (and with NAME a running interface): what to change and why.
+    Doctor {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin, print its public key.
@@ -102,6 +108,13 @@ fn main() -> ExitCode {
         Command::Up { file, foreground } => up(&file, foreground),
         Command::Down { name } => down(&name),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
+        Command::Doctor { name, json } => {
+            return if braid::doctor::run(name.as_deref(), json) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
         Command::Genkey => {
             println!("{}", &*PrivateKey::generate().to_base64());
             Ok(())

@@ -424,9 +424,14 @@ impl Daemon {
     }
 
     fn snapshot(&self) -> crate::uapi::DeviceSnapshot {
+        let all_sockets =
+            |on: fn(&UdpSocket) -> bool| u64::from(self.shared.lines().sockets().iter().all(on));
         let io = [
             ("tun_dropped", self.shared.tun.dropped()),
             ("udp_dropped", self.shared.lines().dropped()),
+            ("tun_offload", self.shared.tun.offload_enabled().into()),
+            ("udp_gso", all_sockets(UdpSocket::gso_enabled)),
+            ("udp_gro", all_sockets(UdpSocket::gro_enabled)),
         ];
         control::snapshot(&self.shared.device(), &self.state, &io)
     }

@@ -1,0 +1,333 @@
+//! Checks of the machine itself: CPU crypto features, the faster cipher
+//! (measured), socket buffer limits, TUN offload, UDP GSO/GRO, the kernel.
+
+use std::time::Duration;
+
+use braid_io::{Offload, Tun, UdpSocket};
+
+use super::Check;
+use crate::bench_crypto::{self, Cipher};
+
+/// The packet size the cipher race uses: a full 1420-byte tunnel MTU.
+const RACE_SIZE: usize = 1420;
+/// Time each cipher seals for; short, since this is a hint, not a benchmark.
+const RACE_TIME: Duration = Duration::from_millis(100);
+/// What braid asks for per UDP socket (braid-io's SOCKET_BUFFER).
+const WANTED_SOCKET_BUFFER: u64 = 4 << 20;
+/// A cipher counts as faster only beyond this ratio (the race is short and
+/// the machine may be busy).
+pub const CLEARLY_FASTER: f64 = 1.15;
+
+/// One core's seal rate at 1420 bytes, bytes per second.
+#[derive(Debug, Clone, Copy)]
+pub struct CipherRates {
+    pub chacha: f64,
+    pub aes: f64,
+}
+
+impl CipherRates {
+    pub fn fastest(&self) -> Cipher {
+        if self.aes > self.chacha {
+            Cipher::Aes256Gcm
+        } else {
+            Cipher::ChaCha20Poly1305
+        }
+    }
+
+    pub fn rate(&self, cipher: Cipher) -> f64 {
+        match cipher {
+            Cipher::ChaCha20Poly1305 => self.chacha,
+            Cipher::Aes256Gcm => self.aes,
+        }
+    }
+
+    /// How many times faster `a` is than `b`.
+    pub fn ratio(&self, a: Cipher, b: Cipher) -> f64 {
+        self.rate(a) / self.rate(b).max(1.0)
+    }
+}
+
+pub fn checks() -> (Vec<Check>, CipherRates) {
+    let rates = CipherRates {
+        chacha: bench_crypto::seal_rate(Cipher::ChaCha20Poly1305, RACE_SIZE, RACE_TIME),
+        aes: bench_crypto::seal_rate(Cipher::Aes256Gcm, RACE_SIZE, RACE_TIME),
+    };
+    let mut v = vec![cpu(), cipher(&rates)];
+    v.extend(socket_buffers());
+    v.push(tun_offload());
+    v.extend(udp_offload());
+    v.push(kernel());
+    (v, rates)
+}
+
+/// The crypto-relevant features, each with whether this CPU has it.
+fn cpu_features() -> Vec<(&'static str, bool)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        vec![
+            ("aes", has!("aes")),
+            ("pclmulqdq", has!("pclmulqdq")),
+            ("avx2", has!("avx2")),
+            ("vaes", has!("vaes")),
+            ("vpclmulqdq", has!("vpclmulqdq")),
+            ("avx512f", has!("avx512f")),
+        ]
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::arch::is_aarch64_feature_detected as has;
+        vec![
+            ("aes", has!("aes")),
+            ("pmull", has!("pmull")),
+            ("neon", has!("neon")),
+        ]
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        Vec::new()
+    }
+}
+
+fn cpu() -> Check {
+    let features = cpu_features();
+    let list: Vec<String> = features
+        .iter()
+        .map(|(f, on)| if *on { f.to_string() } else { format!("-{f}") })
+        .collect();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let finding = format!(
+        "{} with {cores} core(s); crypto features: {} ('-' = missing)",
+        std::env::consts::ARCH,
+        if list.is_empty() {
+            "none known for this architecture".to_string()
+        } else {
+            list.join(" ")
+        }
+    );
+    if braid_core::cipher::aes_hardware() {
+        Check::ok("cpu", format!("{finding}; AES hardware present"))
+    } else {
+        Check::ok(
+            "cpu",
+            format!("{finding}; no AES hardware, so ChaCha20-Poly1305 is the cipher here"),
+        )
+    }
+}
+
+fn mbs(bytes_per_sec: f64) -> String {
+    format!("{:.0} MB/s", bytes_per_sec / 1e6)
+}
+
+fn cipher(rates: &CipherRates) -> Check {
+    let aes_hw = braid_core::cipher::aes_hardware();
+    let auto = if aes_hw {
+        "Cipher = auto offers AES-256-GCM (AES hardware here) and uses it with peers that offer it too"
+    } else {
+        "Cipher = auto offers only ChaCha20-Poly1305 (no AES hardware here)"
+    };
+    let fastest = rates.fastest();
+    let other = match fastest {
+        Cipher::Aes256Gcm => Cipher::ChaCha20Poly1305,
+        Cipher::ChaCha20Poly1305 => Cipher::Aes256Gcm,
+    };
+    let finding = format!(
+        "fastest here {} at {} one core, {} at {} (seal, {RACE_SIZE} bytes, {} ms each); {auto}",
+        fastest.name(),
+        mbs(rates.rate(fastest)),
+        other.name(),
+        mbs(rates.rate(other)),
+        RACE_TIME.as_millis()
+    );
+    let auto_pick = if aes_hw {
+        Cipher::Aes256Gcm
+    } else {
+        Cipher::ChaCha20Poly1305
+    };
+    if auto_pick != fastest && rates.ratio(fastest, auto_pick) > CLEARLY_FASTER {
+        Check::warn(
+            "cipher",
+            finding,
+            format!(
+                "set `Cipher = {}` in [Interface]: it seals {:.0} % faster on this CPU than what auto picks",
+                fastest.id(),
+                (rates.ratio(fastest, auto_pick) - 1.0) * 100.0
+            ),
+        )
+    } else {
+        Check::ok("cipher", finding)
+    }
+}
+
+fn read_sysctl(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn socket_buffers() -> Vec<Check> {
+    let root = is_root();
+    [("rmem_max", "receive"), ("wmem_max", "send")]
+        .into_iter()
+        .map(|(key, dir)| {
+            let value = read_sysctl(&format!("/proc/sys/net/core/{key}"));
+            socket_buffer(key, dir, value, root)
+        })
+        .collect()
+}
+
+/// The check of one `net.core.{r,w}mem_max` value (None: unreadable).
+fn socket_buffer(key: &str, dir: &str, value: Option<u64>, root: bool) -> Check {
+    let check = format!("socket buffers net.core.{key}");
+    let Some(v) = value else {
+        return Check::warn(
+            check,
+            format!("/proc/sys/net/core/{key} is unreadable"),
+            "cannot tell whether braid gets its 4 MiB socket buffers",
+        );
+    };
+    if v >= WANTED_SOCKET_BUFFER {
+        Check::ok(check, format!("{v}: braid's 4 MiB {dir} buffers fit"))
+    } else if root {
+        Check::ok(
+            check,
+            format!(
+                "{v}, below braid's 4 MiB, but braid run as root (CAP_NET_ADMIN) forces its {dir} buffers past it"
+            ),
+        )
+    } else {
+        Check::warn(
+            check,
+            format!(
+                "{v}: braid asks for 4 MiB {dir} buffers and gets less without root (CAP_NET_ADMIN lets it force them)"
+            ),
+            format!(
+                "raise it with `sysctl -w net.core.{key}=8388608` to avoid drops at high rates"
+            ),
+        )
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn tun_offload() -> Check {
+    let name = format!("bdoc{}", std::process::id());
+    match Tun::create_with(&name, Offload::Auto) {
+        Ok(tun) if tun.offload_enabled() => Check::ok(
+            "tun offload",
+            "the kernel accepts TUN offload (virtio-net header, TSO, checksum): many packets cross the TUN per read and write",
+        ),
+        Ok(_) => Check::warn(
+            "tun offload",
+            "the kernel refused TUN offload (TUNSETOFFLOAD): braid reads and writes the TUN one packet at a time",
+            "use a kernel with TUN TSO/checksum offload (any recent Linux) for several times the TCP throughput",
+        ),
+        Err(e) => Check::warn(
+            "tun offload",
+            format!("cannot probe with a throwaway TUN: {e}"),
+            "run `braid doctor` as root with /dev/net/tun present to check TUN offload",
+        ),
+    }
+}
+
+fn udp_offload() -> Vec<Check> {
+    let socket = match UdpSocket::bind(0) {
+        Ok(s) => s,
+        Err(e) => {
+            return vec![Check::warn(
+                "udp gso/gro",
+                format!("cannot open a UDP socket to probe: {e}"),
+                "check that UDP sockets can be created here",
+            )]
+        }
+    };
+    let gso = if socket.gso_enabled() {
+        Check::ok(
+            "udp gso",
+            "UDP segmentation offload works: one sendmmsg entry carries many datagrams",
+        )
+    } else {
+        Check::warn(
+            "udp gso",
+            "the kernel has no UDP GSO (UDP_SEGMENT): every datagram is its own send",
+            "a kernel of 4.18 or later sends bursts with far fewer syscalls and stack traversals",
+        )
+    };
+    let gro = if socket.gro_enabled() {
+        Check::ok(
+            "udp gro",
+            "UDP receive offload works: the kernel hands over coalesced datagrams",
+        )
+    } else {
+        Check::warn(
+            "udp gro",
+            "the kernel has no UDP GRO: every datagram is received on its own",
+            "a kernel of 5.0 or later receives bursts with far fewer syscalls",
+        )
+    };
+    vec![gso, gro]
+}
+
+/// `6.1.0-18-amd64` → (6, 1).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+fn kernel() -> Check {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    match kernel_version(&release) {
+        Some(v) if v >= (5, 0) => Check::ok("kernel", format!("Linux {release}")),
+        Some(_) => Check::warn(
+            "kernel",
+            format!("Linux {release}, older than 5.0"),
+            "upgrade: UDP GRO arrived in 5.0 and TUN/UDP offload fixes since; braid is fastest on a current kernel",
+        ),
+        None => Check::warn(
+            "kernel",
+            format!("cannot read the kernel version ({release:?})"),
+            "check /proc/sys/kernel/osrelease",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_versions_parse() {
+        assert_eq!(kernel_version("6.1.0-18-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("6.18.0"), Some((6, 18)));
+        assert_eq!(kernel_version("4.19"), Some((4, 19)));
+        assert_eq!(kernel_version("x"), None);
+    }
+
+    #[test]
+    fn small_socket_buffer_warns_without_root() {
+        let c = socket_buffer("rmem_max", "receive", Some(212992), false);
+        assert_eq!(c.level, super::super::Level::Warn);
+        assert!(c.finding.starts_with("212992: braid asks for 4 MiB"));
+        assert!(c
+            .advice
+            .unwrap()
+            .contains("sysctl -w net.core.rmem_max=8388608"));
+        let c = socket_buffer("rmem_max", "receive", Some(212992), true);
+        assert_eq!(c.level, super::super::Level::Ok);
+        let c = socket_buffer("wmem_max", "send", Some(8 << 20), false);
+        assert_eq!(c.level, super::super::Level::Ok);
+    }
+
+    #[test]
+    fn fastest_cipher_and_ratio() {
+        let r = CipherRates {
+            chacha: 1e9,
+            aes: 3e9,
+        };
+        assert_eq!(r.fastest(), Cipher::Aes256Gcm);
+        assert!((r.ratio(Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305) - 3.0).abs() < 1e-9);
+    }
+}
