@@ -166,6 +166,7 @@ fn doctor_pair(test: &str, stock: bool) {
             endpoint: Some(format!("198.18.{x}.2:51821")),
             ..Default::default()
         }],
+        ..Default::default()
     };
     let conf_b = IfaceConf {
         private_key: kb.private.clone(),

@@ -234,6 +234,7 @@ pub fn snapshot(
             ("disallowed_source".into(), k.disallowed_source),
             ("staged_dropped".into(), k.staged_dropped),
             ("ext_rejected".into(), k.ext_rejected),
+            ("speaks_braid".into(), u64::from(info.speaks_braid)),
         ];
         // The reorder window's counters, with the seed's names and meanings.
         let r = info.reorder;
