@@ -138,19 +138,15 @@ fn doctor_pair(test: &str, stock: bool) {
         return;
     }
     let env = TestEnv::new(test);
-    let x = env.octet();
-    let nsa = env.netns("a");
-    let nsb = env.netns("b");
-    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let _veth = Veth::new(
-        &nsa,
-        &va,
-        &format!("198.18.{x}.1/24"),
-        &nsb,
-        &vb,
-        &format!("198.18.{x}.2/24"),
-    );
     let (ka, kb) = (Keys::new(), Keys::new());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     // A's MTU is too large for the 1500-byte veth under IPv4 (1500 - 60):

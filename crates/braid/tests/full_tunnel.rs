@@ -22,17 +22,14 @@ fn full_tunnel_default_route_uses_policy_rules() {
         return;
     }
     let env = TestEnv::new(test);
-    let x = env.octet();
-    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
-    let _veth = Veth::new(
-        &nsa,
-        &va,
-        &format!("198.18.{x}.1/24"),
-        &nsb,
-        &vb,
-        &format!("198.18.{x}.2/24"),
-    );
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va: _,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
     nsb.ip(&["addr", "add", "198.18.250.1/32", "dev", "lo"])
         .expect_ok("address behind b");
     let (ka, kb) = (Keys::new(), Keys::new());

@@ -40,18 +40,14 @@ fn mss_case(test: &str, mss_fix: Option<&str>, want_v4: u16, want_v6: u16) {
         return;
     }
     let env = TestEnv::new(test);
-    let x = env.octet();
-    let nsa = env.netns("a");
-    let nsb = env.netns("b");
-    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
-    let _veth = Veth::new(
-        &nsa,
-        &va,
-        &format!("198.18.{x}.1/24"),
-        &nsb,
-        &vb,
-        &format!("198.18.{x}.2/24"),
-    );
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va: _,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
     let (ta4, tb4) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
     let (ta6, tb6) = (
         format!("2001:db8:1:{x:x}::1"),

@@ -496,6 +496,30 @@ impl TestEnv {
         (10 + self.n % 240) as u8
     }
 
+    /// Namespaces "a" and "b" joined by a veth pair ("va"/"vb") with the
+    /// underlay addresses 198.18.X.1/24 and 198.18.X.2/24 (X = `octet()`).
+    pub fn joined_pair(&self) -> JoinedPair {
+        let x = self.octet();
+        let (nsa, nsb) = (self.netns("a"), self.netns("b"));
+        let (va, vb) = (self.ifname("va"), self.ifname("vb"));
+        let veth = Veth::new(
+            &nsa,
+            &va,
+            &format!("198.18.{x}.1/24"),
+            &nsb,
+            &vb,
+            &format!("198.18.{x}.2/24"),
+        );
+        JoinedPair {
+            veth,
+            x,
+            nsa,
+            nsb,
+            va,
+            vb,
+        }
+    }
+
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.join(file)
     }
@@ -740,6 +764,17 @@ impl Drop for Netns {
 
 /// A veth pair with one end in each namespace, addressed and up. Deleting
 /// either namespace removes it too; the guard also deletes it explicitly.
+/// Two namespaces and the veth between them (see `TestEnv::joined_pair`).
+/// Destructure it with `veth` last, so the veth goes before the namespaces.
+pub struct JoinedPair {
+    pub x: u8,
+    pub nsa: Netns,
+    pub nsb: Netns,
+    pub va: String,
+    pub vb: String,
+    pub veth: Veth,
+}
+
 pub struct Veth {
     ns_a: String,
     pub a: String,
