@@ -1,0 +1,411 @@
+//! IPv6 end to end: braid ↔ braid between two namespaces with every mix of
+//! inner (tunnel) and outer (underlay) IP version, and a two-line tunnel
+//! whose lines are one IPv4 and one IPv6 path.
+//!
+//! ```text
+//!   netns a                                     netns b
+//!   va 198.18.X.1/24, 2001:db8:0:X::1/64 ==== vb 198.18.X.2/24, 2001:db8:0:X::2/64
+//!   TUN 198.19.X.1/24 | 2001:db8:1:X::1/64     TUN 198.19.X.2/24 | 2001:db8:1:X::2/64
+//! ```
+//!
+//! Each case pings through the tunnel and sends a file over TCP (socat),
+//! compared by SHA-256 on both ends; `wg show` on the responder names the
+//! outer address family the initiator really came from.
+//!
+//! Needs root, `/dev/net/tun`, iproute2, wireguard-tools, ping, socat and
+//! sha256sum. See `common/mod.rs` for the cleanup rules.
+
+mod common;
+
+use common::*;
+use std::io::Read;
+use std::time::Duration;
+
+const TOOLS: &[&str] = &["ip", "wg", "ping", "socat", "sha256sum", "ss"];
+const PORT_A: u16 = 51820;
+const PORT_B: u16 = 51821;
+const TCP_PORT: u16 = 5556;
+/// Big enough for many full-size segments, windows and some retransmits.
+const TRANSFER_BYTES: u64 = 8 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    fn flag(self) -> &'static str {
+        match self {
+            Family::V4 => "-4",
+            Family::V6 => "-6",
+        }
+    }
+}
+
+/// Addresses of one run: underlay on the veth, tunnel on the TUNs.
+struct Plan {
+    x: u8,
+}
+
+impl Plan {
+    /// Underlay address of side `host` (1 = a, 2 = b).
+    fn underlay(&self, family: Family, host: u8) -> String {
+        match family {
+            Family::V4 => format!("198.18.{}.{host}", self.x),
+            Family::V6 => format!("2001:db8:0:{:x}::{host}", self.x),
+        }
+    }
+
+    fn endpoint(&self, family: Family, host: u8, port: u16) -> String {
+        match family {
+            Family::V4 => format!("{}:{port}", self.underlay(family, host)),
+            Family::V6 => format!("[{}]:{port}", self.underlay(family, host)),
+        }
+    }
+
+    fn tunnel(&self, family: Family, host: u8) -> String {
+        match family {
+            Family::V4 => format!("198.19.{}.{host}", self.x),
+            Family::V6 => format!("2001:db8:1:{:x}::{host}", self.x),
+        }
+    }
+
+    fn tunnel_cidr(&self, family: Family, host: u8) -> String {
+        let len = if family == Family::V4 { 24 } else { 64 };
+        format!("{}/{len}", self.tunnel(family, host))
+    }
+
+    fn tunnel_host(&self, family: Family, host: u8) -> String {
+        let len = if family == Family::V4 { 32 } else { 128 };
+        format!("{}/{len}", self.tunnel(family, host))
+    }
+}
+
+/// The IPv6 underlay on the veth (the IPv4 one comes with `joined_pair`).
+fn add_v6_underlay(plan: &Plan, sides: [(&Netns, &String); 2]) {
+    for ((ns, dev), host) in sides.into_iter().zip([1, 2]) {
+        let addr = format!("{}/64", plan.underlay(Family::V6, host));
+        ns.ip(&["addr", "add", &addr, "dev", dev, "nodad"])
+            .expect_ok("IPv6 underlay address");
+    }
+}
+
+#[test]
+fn ipv4_inside_ipv4() {
+    tunnel_case("ipv6_v4_in_v4", Family::V4, Family::V4);
+}
+
+#[test]
+fn ipv6_inside_ipv6() {
+    tunnel_case("ipv6_v6_in_v6", Family::V6, Family::V6);
+}
+
+#[test]
+fn ipv6_inside_ipv4() {
+    tunnel_case("ipv6_v6_in_v4", Family::V6, Family::V4);
+}
+
+#[test]
+fn ipv4_inside_ipv6() {
+    tunnel_case("ipv6_v4_in_v6", Family::V4, Family::V6);
+}
+
+/// A single-family tunnel (`inner`) over a single-family line (`outer`).
+fn tunnel_case(test: &str, inner: Family, outer: Family) {
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va,
+        vb,
+        veth: _veth,
+    } = env.joined_pair();
+    let plan = Plan { x };
+    add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let conf = |me: &Keys, peer: &Keys, host: u8, port, endpoint| IfaceConf {
+        private_key: me.private.clone(),
+        listen_port: Some(port),
+        address: vec![plan.tunnel_cidr(inner, host)],
+        peers: vec![PeerConf {
+            public_key: peer.public.clone(),
+            allowed_ips: vec![plan.tunnel_host(inner, 3 - host)],
+            endpoint,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_b = conf(&kb, &ka, 2, PORT_B, None);
+    let conf_a = conf(&ka, &kb, 1, PORT_A, Some(plan.endpoint(outer, 2, PORT_B)));
+    let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    side_b.assert_up();
+    let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
+    side_a.assert_up();
+
+    let tb = plan.tunnel(inner, 2);
+    assert!(
+        ping_until_reply(&nsa, &tb, LONG),
+        "{test}: no reply from {tb} through the tunnel\n{}\n{}",
+        side_a.log_text(),
+        side_b.log_text()
+    );
+    let p = ping_family(&nsa, inner, &tb, 5);
+    assert_eq!(p.received, 5, "{test}: ping {tb}:\n{}", p.output);
+
+    // The responder learned the initiator's endpoint from the datagrams it
+    // got: its family is the outer one.
+    let endpoints = nsb.run("wg", &["show", &ifb, "endpoints"], SHORT);
+    let want = plan.endpoint(outer, 1, PORT_A);
+    assert!(
+        endpoints.stdout.contains(&want),
+        "{test}: responder should see the initiator at {want}: {}",
+        endpoints.describe()
+    );
+
+    tcp_transfer(&env, &nsa, &nsb, inner, &tb);
+    assert_wg_show_handshake_and_transfer(&nsa, &ifa);
+    side_a.down();
+    side_b.down();
+}
+
+/// One tunnel carrying both inner families over two lines of a peer: an
+/// IPv4 path and an IPv6 path on the same veth, in redundant mode so both
+/// carry every packet.
+#[test]
+fn two_lines_one_ipv4_one_ipv6() {
+    let test = "ipv6_mixed_lines";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va,
+        vb,
+        veth: _veth,
+    } = env.joined_pair();
+    let plan = Plan { x };
+    add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let both = [Family::V4, Family::V6];
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(PORT_B),
+        address: both.iter().map(|&f| plan.tunnel_cidr(f, 2)).collect(),
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: both.iter().map(|&f| plan.tunnel_host(f, 1)).collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        address: both.iter().map(|&f| plan.tunnel_cidr(f, 1)).collect(),
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: both.iter().map(|&f| plan.tunnel_host(f, 2)).collect(),
+            braid_lines: vec![
+                format!(
+                    "Path = v4 bind={} endpoint={}",
+                    plan.underlay(Family::V4, 1),
+                    plan.endpoint(Family::V4, 2, PORT_B)
+                ),
+                format!(
+                    "Path = v6 bind={} endpoint={}",
+                    plan.underlay(Family::V6, 1),
+                    plan.endpoint(Family::V6, 2, PORT_B)
+                ),
+                "Mode = redundant".to_string(),
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    side_b.assert_up();
+    let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
+    side_a.assert_up();
+
+    let tb4 = plan.tunnel(Family::V4, 2);
+    assert!(
+        ping_until_reply(&nsa, &tb4, LONG),
+        "{test}: no reply from {tb4}\n{}\n{}",
+        side_a.log_text(),
+        side_b.log_text()
+    );
+    let up = wait_until(LONG, || {
+        let ps = paths(&nsa, &ifa);
+        ps.len() == 2 && ps.iter().all(|p| p.state == "up")
+    });
+    assert!(
+        up,
+        "{test}: both lines up: {:?}\n{}",
+        paths(&nsa, &ifa),
+        side_a.log_text()
+    );
+    let ps = paths(&nsa, &ifa);
+    assert!(
+        ps.iter()
+            .any(|p| p.name == "v6" && p.remote == plan.endpoint(Family::V6, 2, PORT_B)),
+        "{test}: the v6 path goes to the IPv6 endpoint: {ps:?}"
+    );
+    let before = paths(&nsa, &ifa);
+    for family in both {
+        let dst = plan.tunnel(family, 2);
+        let p = ping_family(&nsa, family, &dst, 5);
+        assert_eq!(p.received, 5, "{test}: ping {dst}:\n{}", p.output);
+        tcp_transfer(&env, &nsa, &nsb, family, &dst);
+    }
+    let after = paths(&nsa, &ifa);
+    for (b, a) in before.iter().zip(&after) {
+        assert!(
+            a.tx_packets > b.tx_packets + 1000,
+            "{test}: redundant mode sends on line {} too: {before:?} -> {after:?}",
+            a.name
+        );
+    }
+    side_a.down();
+    side_b.down();
+}
+
+#[derive(Debug)]
+struct PathInfo {
+    name: String,
+    state: String,
+    remote: String,
+    tx_packets: u64,
+}
+
+/// The paths of the first peer, from `braid show --json`.
+fn paths(ns: &Netns, ifname: &str) -> Vec<PathInfo> {
+    let out = ns.run(BRAID, &["show", ifname, "--json"], SHORT);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+    let text = |p: &serde_json::Value, k: &str| p[k].as_str().unwrap_or("").to_string();
+    v["peers"][0]["paths"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| PathInfo {
+                    name: text(p, "name"),
+                    state: text(p, "state"),
+                    remote: text(p, "remote"),
+                    tx_packets: p["tx_packets"].as_u64().unwrap_or(0),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `ping -4|-6 -c COUNT` inside a namespace.
+fn ping_family(ns: &Netns, family: Family, dst: &str, count: u32) -> PingResult {
+    let c = count.to_string();
+    let args = [family.flag(), "-n", "-c", &c, "-i", "0.2", "-W", "2", dst];
+    let out = ns.run("ping", &args, LONG);
+    parse_ping(&out.stdout).unwrap_or(PingResult {
+        transmitted: 0,
+        received: 0,
+        loss_percent: 100.0,
+        output: out.describe(),
+    })
+}
+
+fn sha256(env: &TestEnv, file: &std::path::Path) -> String {
+    let out = run("sha256sum", &[&file.to_string_lossy()], LONG).expect_ok("sha256sum");
+    let sum = out.stdout.split_whitespace().next().unwrap_or("");
+    assert_eq!(
+        sum.len(),
+        64,
+        "[{}] sha256sum output: {}",
+        env.test,
+        out.stdout
+    );
+    sum.to_string()
+}
+
+/// Sends `TRANSFER_BYTES` of random data from namespace `from` to `dst`
+/// (a tunnel address in `to`) over TCP and checks it arrived unchanged.
+fn tcp_transfer(env: &TestEnv, from: &Netns, to: &Netns, family: Family, dst: &str) {
+    let tag = if family == Family::V4 { "v4" } else { "v6" };
+    let sent = env.path(&format!("sent-{tag}.bin"));
+    let received = env.path(&format!("received-{tag}.bin"));
+    let mut data = Vec::with_capacity(TRANSFER_BYTES as usize);
+    std::fs::File::open("/dev/urandom")
+        .and_then(|f| f.take(TRANSFER_BYTES).read_to_end(&mut data))
+        .expect("read /dev/urandom");
+    std::fs::write(&sent, &data).expect("write the file to send");
+    let _ = std::fs::remove_file(&received);
+
+    let (listen, connect) = match family {
+        Family::V4 => (
+            format!("TCP4-LISTEN:{TCP_PORT},bind={dst},reuseaddr"),
+            format!("TCP4:{dst}:{TCP_PORT},connect-timeout=5"),
+        ),
+        Family::V6 => (
+            format!("TCP6-LISTEN:{TCP_PORT},bind=[{dst}],reuseaddr"),
+            format!("TCP6:[{dst}]:{TCP_PORT},connect-timeout=5"),
+        ),
+    };
+    let mut server = to.cmd("socat");
+    server.args([
+        "-u",
+        &listen,
+        &format!("CREATE:{}", received.to_string_lossy()),
+    ]);
+    let mut server = ChildGuard::spawn(server, "socat receiver", &env.path("socat-rx.log"));
+    let port = format!(":{TCP_PORT}");
+    let listening = wait_until(LONG, || {
+        !server.running()
+            || to
+                .run("ss", &["-Hltn", &format!("sport = {port}")], SHORT)
+                .stdout
+                .contains(&port)
+    });
+    assert!(
+        listening && server.running(),
+        "[{}] socat receiver did not listen: {}",
+        env.test,
+        server.log_text()
+    );
+    let client = from.run(
+        "socat",
+        &["-u", &format!("OPEN:{}", sent.to_string_lossy()), &connect],
+        Duration::from_secs(120),
+    );
+    assert!(
+        client.ok(),
+        "[{}] TCP transfer to {dst}: {}",
+        env.test,
+        client.describe()
+    );
+    let done = server.wait_exit(LONG);
+    assert!(
+        done.is_some_and(|s| s.success()),
+        "[{}] socat receiver did not finish cleanly ({done:?}): {}",
+        env.test,
+        server.log_text()
+    );
+    let got = std::fs::metadata(&received).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(
+        got, TRANSFER_BYTES,
+        "[{}] bytes received over {tag}",
+        env.test
+    );
+    assert_eq!(
+        sha256(env, &sent),
+        sha256(env, &received),
+        "[{}] the file sent over inner {tag} to {dst} arrived changed",
+        env.test
+    );
+    let _ = std::fs::remove_file(&sent);
+    let _ = std::fs::remove_file(&received);
+}
