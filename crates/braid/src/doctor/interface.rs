@@ -307,12 +307,8 @@ fn window(label: &str, peer: &PeerSnapshot) -> Vec<Check> {
     }
     let share = |n: u64| n as f64 / accepted as f64;
     let pct = |n: u64| share(n) * 100.0;
-    let (lost, late, buffered, replayed) = (
-        get("lost"),
-        get("under_window"),
-        get("buffered"),
-        get("replayed"),
-    );
+    let (lost, buffered, replayed) = (get("lost"), get("buffered"), get("replayed"));
+    let late = late_first_copies(get("under_window"), replayed, get("duplicated"));
     let hold_ms = get("reorder_hold_us") as f64 / 1000.0;
     let mut v = Vec::new();
     let check = format!("{label} loss");
@@ -360,6 +356,15 @@ fn window(label: &str, peer: &PeerSnapshot) -> Vec<Check> {
         v.push(Check::ok(check, reorder_finding));
     }
     v
+}
+
+/// Packets whose only copy so far came after the window gave up on them.
+/// `under_window` also counts the second copy of a packet sent on two
+/// lines (redundant mode) when the slower line delivers it: each such copy
+/// is a replay that the window did not hold (`replayed` less
+/// `duplicated`), harmless and no reason to raise `ReorderHold`.
+fn late_first_copies(under_window: u64, replayed: u64, duplicated: u64) -> u64 {
+    under_window.saturating_sub(replayed.saturating_sub(duplicated))
 }
 
 /// How long the slowest path's packets trail the fastest's: half the rtt
@@ -438,6 +443,29 @@ mod tests {
         let c = window("p", &p);
         assert_eq!(c[1].level, super::super::Level::Warn);
         assert!(c[1].advice.as_deref().unwrap().contains("ReorderHold"));
+    }
+
+    #[test]
+    fn late_second_copies_of_redundant_mode_are_no_reorder_problem() {
+        // Every packet on two lines: the slower line's copy of each lands
+        // under the window and is counted as a replay too.
+        let p = peer(&[
+            ("accepted", 1000),
+            ("under_window", 950),
+            ("replayed", 960),
+            ("duplicated", 10),
+            ("reorder_hold_us", 17000),
+        ]);
+        let c = window("p", &p);
+        assert_eq!(c[1].level, super::super::Level::Ok, "{:?}", c[1]);
+        // A first copy that came too late still counts.
+        let p = peer(&[
+            ("accepted", 1000),
+            ("under_window", 960),
+            ("replayed", 950),
+            ("reorder_hold_us", 17000),
+        ]);
+        assert_eq!(window("p", &p)[1].level, super::super::Level::Warn);
     }
 
     #[test]
