@@ -22,97 +22,26 @@ const PORT_B: u16 = 51821;
 const NETEM_PORT: u16 = 5002;
 /// The race of the two ciphers plus the probes; generous for a busy machine.
 const DOCTOR_TIMEOUT: Duration = Duration::from_secs(60);
-/// What `braid netem` does to the bad line, both directions.
-const IMPAIRMENT: &[&str] = &[
-    "--loss", "10%", "--delay", "2ms", "--jitter", "2ms", "--seed", "6",
-];
 
 #[test]
 fn doctor_warns_about_the_lossy_jittery_path_only() {
-    let test = "doctor_paths";
+    let test = "doctor_paths_loss";
     if !preflight(test, TOOLS) {
         return;
     }
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    let x = env.octet();
-    let _clean_veth = Veth::new(
-        &nsa,
-        "va1",
-        &format!("198.18.{x}.1/25"),
-        &nsb,
-        "vb1",
-        &format!("198.18.{x}.2/25"),
-    );
-    let _lossy_veth = Veth::new(
-        &nsa,
-        "va2",
-        &format!("198.18.{x}.129/25"),
-        &nsb,
-        "vb2",
-        &format!("198.18.{x}.130/25"),
-    );
-    let mut relay = nsb.cmd(BRAID);
-    relay.args([
-        "netem",
-        "--listen",
-        &format!("198.18.{x}.130:{NETEM_PORT}"),
-        "--to",
-        &format!("127.0.0.1:{PORT_B}"),
-    ]);
-    relay.args(IMPAIRMENT);
-    let mut relay = ChildGuard::spawn(relay, "braid netem", &env.path("netem.log"));
-    let relaying = wait_until(LONG, || {
-        !relay.running() || relay.log_text().contains("relaying")
-    });
-    assert!(
-        relaying && relay.running(),
-        "{test}: braid netem did not start:\n{}",
-        relay.log_text()
-    );
-
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(PORT_B),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        address: vec![format!("{ta}/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            braid_lines: vec![
-                format!("Path = clean bind=va1 endpoint=198.18.{x}.2:{PORT_B}"),
-                format!("Path = lossy bind=va2 endpoint=198.18.{x}.130:{NETEM_PORT}"),
-                "Mode = redundant".to_string(),
-            ],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
-    side_b.assert_up();
-    let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
-    side_a.assert_up();
-    assert!(
-        ping_until_reply(&nsa, &tb, LONG),
-        "{test}: no reply from {tb} through the tunnel"
+    let lab = TwoLines::start(
+        &env,
+        [&nsa, &nsb],
+        &["--loss", "10%", "--delay", "2ms", "--jitter", "2ms"],
+        &["Mode = redundant"],
     );
     // Traffic on both lines for a few seconds: 100 pings a second for 5 s,
     // while the paths are probed 20 times a second each.
-    let flood = nsa.run(
+    let flood = lab.nsa.run(
         "ping",
-        &["-n", "-q", "-c", "500", "-i", "0.01", "-W", "2", &tb],
+        &["-n", "-q", "-c", "500", "-i", "0.01", "-W", "2", &lab.tb],
         LONG,
     );
     let p = parse_ping(&flood.stdout).unwrap_or_else(|| panic!("{}", flood.describe()));
@@ -121,52 +50,230 @@ fn doctor_warns_about_the_lossy_jittery_path_only() {
         "{test}: redundant mode hides one lossy line: {}",
         p.output
     );
-
-    let mut cmd = nsa.cmd(BRAID);
-    cmd.args(["doctor", &ifa, "--json"]);
-    let out = run_bounded(cmd, DOCTOR_TIMEOUT);
-    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{test}: --json output does not parse: {e}\n{}",
-            out.describe()
-        )
-    });
-    let checks = v["checks"].as_array().expect("checks array");
-    let path_check = |name: &str| {
-        let suffix = format!(" path {name}");
-        let found: Vec<&serde_json::Value> = checks
-            .iter()
-            .filter(|c| c["check"].as_str().is_some_and(|s| s.ends_with(&suffix)))
-            .collect();
-        assert_eq!(found.len(), 1, "{test}: one check for path {name}: {v:#}");
-        found[0].clone()
-    };
-    let (lossy, clean) = (path_check("lossy"), path_check("clean"));
-    eprintln!("[{test}] lossy: {lossy}\n[{test}] clean: {clean}");
-    for c in checks {
-        eprintln!("[{test}] {} {}: {}", c["level"], c["check"], c["finding"]);
-    }
-    assert_eq!(lossy["level"], "warn", "{test}: {v:#}");
+    let doctor = lab.doctor();
+    let (lossy, clean) = (doctor.path("bad"), doctor.path("clean"));
+    assert_eq!(lossy["level"], "warn", "{test}: {doctor}");
     assert!(
         lossy["advice"]
             .as_str()
             .is_some_and(|a| a.contains("loses packets")),
         "{test}: the advice names the loss: {lossy}"
     );
-    assert_eq!(clean["level"], "ok", "{test}: {v:#}");
+    assert_eq!(clean["level"], "ok", "{test}: {doctor}");
     // The lossy line's copies come late (every packet goes on both lines)
     // but the clean line delivered them all: no reorder problem.
-    let reorder: Vec<_> = checks
-        .iter()
-        .filter(|c| c["check"].as_str().is_some_and(|s| s.ends_with(" reorder")))
-        .collect();
-    assert!(
-        reorder.len() == 1 && reorder[0]["level"] == "ok",
-        "{test}: late second copies are no reorder problem: {v:#}"
+    assert_eq!(doctor.peer("reorder")["level"], "ok", "{test}: {doctor}");
+    lab.stop();
+}
+
+/// Packets spread over a clean and a jittery line (b sends, a receives),
+/// and a reorder window capped far below the jitter: packets come after
+/// the window gave up on them, and doctor says how far to raise
+/// `ReorderHold`.
+#[test]
+fn doctor_suggests_reorder_hold_for_a_jittery_path() {
+    let test = "doctor_paths_jitter";
+    if !preflight(test, &[TOOLS, &["iperf3"]].concat()) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+    let lab = TwoLines::start(
+        &env,
+        [&nsa, &nsb],
+        &["--delay", "4ms", "--jitter", "3ms"],
+        &["Mode = aggregate", "ReorderHold = 1ms"],
     );
-    // The relay runs the braid binary too: stop it before the tunnel's
-    // cleanup looks for leftover braid processes.
-    relay.terminate();
-    side_a.down();
-    side_b.down();
+    let bits = {
+        let _cpu = iperf_lock();
+        iperf3(&env, lab.nsa, lab.nsb, &lab.tb, 3, true)
+    };
+    eprintln!("[{test}] iperf3 over the two lines: {bits:?} bit/s");
+    let doctor = lab.doctor();
+    let reorder = doctor.peer("reorder");
+    assert_eq!(reorder["level"], "warn", "{test}: {doctor}");
+    assert!(
+        reorder["advice"]
+            .as_str()
+            .is_some_and(|a| a.contains("ReorderHold") && a.contains("path bad")),
+        "{test}: the advice says to raise ReorderHold and names the jittery path: {reorder}"
+    );
+    lab.stop();
+}
+
+/// Two namespaces joined by two veth lines; the second runs through a
+/// `braid netem` relay in namespace b. Side a has a path on each; both
+/// ends get the same extra `[Peer]` lines (`Mode`, `ReorderHold`).
+struct TwoLines<'e> {
+    env: &'e TestEnv,
+    tb: String,
+    ifa: String,
+    nsa: &'e Netns,
+    nsb: &'e Netns,
+    // Dropped in this order: daemons, relay, then the lines.
+    sides: Vec<BraidUp<'e>>,
+    relay: Option<ChildGuard>,
+    _lines: [Veth; 2],
+}
+
+impl<'e> TwoLines<'e> {
+    fn start(
+        env: &'e TestEnv,
+        [nsa, nsb]: [&'e Netns; 2],
+        impairment: &[&str],
+        peer_lines: &[&str],
+    ) -> TwoLines<'e> {
+        let test = &env.test;
+        let x = env.octet();
+        let line = |n: u8, a: u8| {
+            Veth::new(
+                nsa,
+                &format!("va{n}"),
+                &format!("198.18.{x}.{a}/25"),
+                nsb,
+                &format!("vb{n}"),
+                &format!("198.18.{x}.{}/25", a + 1),
+            )
+        };
+        let lines = [line(1, 1), line(2, 129)];
+        let mut relay = nsb.cmd(BRAID);
+        relay.args([
+            "netem",
+            "--listen",
+            &format!("198.18.{x}.130:{NETEM_PORT}"),
+            "--to",
+            &format!("127.0.0.1:{PORT_B}"),
+            "--seed",
+            "6",
+        ]);
+        relay.args(impairment);
+        let mut relay = ChildGuard::spawn(relay, "braid netem", &env.path("netem.log"));
+        let relaying = wait_until(LONG, || {
+            !relay.running() || relay.log_text().contains("relaying")
+        });
+        assert!(
+            relaying && relay.running(),
+            "{test}: braid netem did not start:\n{}",
+            relay.log_text()
+        );
+
+        let (ka, kb) = (Keys::new(), Keys::new());
+        let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+        let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
+        let peer_lines: Vec<String> = peer_lines.iter().map(|l| l.to_string()).collect();
+        let conf_b = IfaceConf {
+            private_key: kb.private.clone(),
+            listen_port: Some(PORT_B),
+            address: vec![format!("{tb}/24")],
+            peers: vec![PeerConf {
+                public_key: ka.public.clone(),
+                allowed_ips: vec![format!("{ta}/32")],
+                braid_lines: peer_lines.clone(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut braid_lines = vec![
+            format!("Path = clean bind=va1 endpoint=198.18.{x}.2:{PORT_B}"),
+            format!("Path = bad bind=va2 endpoint=198.18.{x}.130:{NETEM_PORT}"),
+        ];
+        braid_lines.extend(peer_lines);
+        let conf_a = IfaceConf {
+            private_key: ka.private.clone(),
+            address: vec![format!("{ta}/24")],
+            peers: vec![PeerConf {
+                public_key: kb.public.clone(),
+                allowed_ips: vec![format!("{tb}/32")],
+                braid_lines,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut lab = TwoLines {
+            env,
+            tb,
+            ifa: ifa.clone(),
+            nsa,
+            nsb,
+            sides: Vec::new(),
+            relay: Some(relay),
+            _lines: lines,
+        };
+        for (ns, ifname, conf) in [(nsb, &ifb, &conf_b), (nsa, &ifa, &conf_a)] {
+            let mut side = BraidUp::start(env, ns, ifname, conf, BraidMode::Daemon);
+            side.assert_up();
+            lab.sides.push(side);
+        }
+        assert!(
+            ping_until_reply(lab.nsa, &lab.tb, LONG),
+            "{test}: no reply from {} through the tunnel",
+            lab.tb
+        );
+        lab
+    }
+
+    /// `braid doctor NAME --json` on side a.
+    fn doctor(&self) -> Doctor {
+        let mut cmd = self.nsa.cmd(BRAID);
+        cmd.args(["doctor", &self.ifa, "--json"]);
+        let out = run_bounded(cmd, DOCTOR_TIMEOUT);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{}: --json output does not parse: {e}\n{}",
+                self.env.test,
+                out.describe()
+            )
+        });
+        for c in v["checks"].as_array().into_iter().flatten() {
+            eprintln!(
+                "[{}] {} {}: {}",
+                self.env.test, c["level"], c["check"], c["finding"]
+            );
+        }
+        Doctor(v)
+    }
+
+    /// Stops the relay (it runs the braid binary too, and the tunnel's
+    /// cleanup terminates braid processes it finds left over), then both
+    /// tunnel ends.
+    fn stop(mut self) {
+        if let Some(mut relay) = self.relay.take() {
+            relay.terminate();
+        }
+        for side in self.sides.iter_mut().rev() {
+            side.down();
+        }
+    }
+}
+
+struct Doctor(serde_json::Value);
+
+impl Doctor {
+    /// The one check whose name ends with ` SUFFIX`.
+    fn check(&self, suffix: &str) -> serde_json::Value {
+        let suffix = format!(" {suffix}");
+        let found: Vec<&serde_json::Value> = self.0["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["check"].as_str().is_some_and(|s| s.ends_with(&suffix)))
+            .collect();
+        assert_eq!(found.len(), 1, "one check named …{suffix}: {self}");
+        found[0].clone()
+    }
+
+    fn path(&self, name: &str) -> serde_json::Value {
+        self.check(&format!("path {name}"))
+    }
+
+    /// A peer-level check: `loss`, `reorder`, ….
+    fn peer(&self, what: &str) -> serde_json::Value {
+        self.check(what)
+    }
+}
+
+impl std::fmt::Display for Doctor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
 }

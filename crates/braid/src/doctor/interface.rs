@@ -307,8 +307,11 @@ fn window(label: &str, peer: &PeerSnapshot) -> Vec<Check> {
     }
     let share = |n: u64| n as f64 / accepted as f64;
     let pct = |n: u64| share(n) * 100.0;
-    let (lost, buffered, replayed) = (get("lost"), get("buffered"), get("replayed"));
+    let (given_up, buffered, replayed) = (get("lost"), get("buffered"), get("replayed"));
     let late = late_first_copies(get("under_window"), replayed, get("duplicated"));
+    // The window counts a gap it gave up on as lost; a packet that fills
+    // it later was late, not lost on a line.
+    let lost = given_up.saturating_sub(late);
     let hold_ms = get("reorder_hold_us") as f64 / 1000.0;
     let mut v = Vec::new();
     let check = format!("{label} loss");
@@ -339,11 +342,20 @@ fn window(label: &str, peer: &PeerSnapshot) -> Vec<Check> {
             }
             _ => String::new(),
         };
+        let trailing = match trailing_path(&peer.paths) {
+            Some(p) => format!(
+                "; path {} trails the most (rtt {:.1} ± {:.1} ms)",
+                p.name,
+                p.rtt_us.unwrap_or(0) as f64 / 1e3,
+                p.jitter_us.unwrap_or(0) as f64 / 1e3
+            ),
+            None => String::new(),
+        };
         v.push(Check::warn(
             check,
             reorder_finding,
             format!(
-                "packets arrive later than the reorder window waits: raise `ReorderHold` for this peer above {hold_ms:.0} ms to the rtt spread between its paths plus their jitter{target}, so late packets are delivered in order instead of dropped"
+                "packets arrive later than the reorder window waits: raise `ReorderHold` for this peer above {hold_ms:.0} ms to the rtt spread between its paths plus their jitter{target}, so late packets are delivered in order instead of dropped{trailing}"
             ),
         ));
     } else if share(buffered) > REORDERING && hold_ms == 0.0 {
@@ -365,6 +377,19 @@ fn window(label: &str, peer: &PeerSnapshot) -> Vec<Check> {
 /// `duplicated`), harmless and no reason to raise `ReorderHold`.
 fn late_first_copies(under_window: u64, replayed: u64, duplicated: u64) -> u64 {
     under_window.saturating_sub(replayed.saturating_sub(duplicated))
+}
+
+/// The path whose packets come last: the largest one-way delay plus twice
+/// its jitter (the measure `suggested_hold_ms` uses). Only with two or
+/// more measured paths; one path has nothing to trail.
+fn trailing_path(paths: &[PathSnapshot]) -> Option<&PathSnapshot> {
+    let measured: Vec<&PathSnapshot> = paths.iter().filter(|p| p.rtt_us.is_some()).collect();
+    if measured.len() < 2 {
+        return None;
+    }
+    measured
+        .into_iter()
+        .max_by_key(|p| p.rtt_us.unwrap_or(0) / 2 + 2 * p.jitter_us.unwrap_or(0))
 }
 
 /// How long the slowest path's packets trail the fastest's: half the rtt
@@ -458,7 +483,18 @@ mod tests {
         ]);
         let c = window("p", &p);
         assert_eq!(c[1].level, super::super::Level::Ok, "{:?}", c[1]);
-        // A first copy that came too late still counts.
+        // A first copy that came too late still counts, and a gap given
+        // up on that a late packet filled is no loss.
+        let p = peer(&[
+            ("accepted", 1000),
+            ("under_window", 300),
+            ("lost", 305),
+            ("reorder_hold_us", 1000),
+        ]);
+        let c = window("p", &p);
+        assert_eq!(c[0].level, super::super::Level::Ok, "{:?}", c[0]);
+        assert!(c[0].finding.starts_with("lost 5 of 1000"), "{:?}", c[0]);
+        assert_eq!(c[1].level, super::super::Level::Warn);
         let p = peer(&[
             ("accepted", 1000),
             ("under_window", 960),
@@ -500,6 +536,9 @@ mod tests {
         let ms = suggested_hold_ms(&[path(20, 1), path(80, 5)]).unwrap();
         assert!((ms - 40.0).abs() < 1e-9, "{ms}");
         assert_eq!(suggested_hold_ms(&[]), None);
+        let three = [path(20, 1), path(80, 5), path(30, 2)];
+        assert_eq!(trailing_path(&three).and_then(|p| p.rtt_us), Some(80_000));
+        assert!(trailing_path(&[path(20, 1)]).is_none());
     }
 
     #[test]
