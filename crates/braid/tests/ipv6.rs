@@ -1,6 +1,7 @@
 //! IPv6 end to end: braid ↔ braid between two namespaces with every mix of
-//! inner (tunnel) and outer (underlay) IP version, and a two-line tunnel
-//! whose lines are one IPv4 and one IPv6 path.
+//! inner (tunnel) and outer (underlay) IP version, a two-line tunnel whose
+//! lines are one IPv4 and one IPv6 path, and a full tunnel (`::/0`) over an
+//! IPv6 line.
 //!
 //! ```text
 //!   netns a                                     netns b
@@ -276,6 +277,137 @@ fn two_lines_one_ipv4_one_ipv6() {
     }
     side_a.down();
     side_b.down();
+}
+
+/// `AllowedIPs = 0.0.0.0/0, ::/0` over an IPv6 line whose peer is reached
+/// through a default route: braid's own datagrams must take the main table
+/// (fwmark rule for IPv6 too) while everything else goes into the tunnel.
+///
+/// b has an endpoint address on lo (2001:db8:3:X::2), reached from a via
+/// `default via` b's veth address, and one address of each family behind
+/// it on lo; `braid down` removes the IPv4 and the IPv6 rules.
+#[test]
+fn full_tunnel_over_an_ipv6_line() {
+    let test = "ipv6_full_tunnel";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va,
+        vb,
+        veth: _veth,
+    } = env.joined_pair();
+    let plan = Plan { x };
+    add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
+    let endpoint_addr = format!("2001:db8:3:{x:x}::2");
+    let (behind4, behind6) = ("198.18.250.1".to_string(), format!("2001:db8:2:{x:x}::1"));
+    for addr in [
+        format!("{endpoint_addr}/128"),
+        format!("{behind6}/128"),
+        format!("{behind4}/32"),
+    ] {
+        nsb.ip(&["addr", "add", &addr, "dev", "lo"])
+            .expect_ok("address on b's lo");
+    }
+    let via = plan.underlay(Family::V6, 2);
+    nsa.ip(&["-6", "route", "add", "default", "via", &via, "dev", &va])
+        .expect_ok("a's IPv6 default route");
+
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let both = [Family::V4, Family::V6];
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        listen_port: Some(PORT_A),
+        address: both.iter().map(|&f| plan.tunnel_cidr(f, 1)).collect(),
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec!["0.0.0.0/0".into(), "::/0".into()],
+            endpoint: Some(format!("[{endpoint_addr}]:{PORT_B}")),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(PORT_B),
+        address: both.iter().map(|&f| plan.tunnel_cidr(f, 2)).collect(),
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: both.iter().map(|&f| plan.tunnel_host(f, 1)).collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    side_b.assert_up();
+    let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
+    side_a.assert_up();
+
+    for family in both {
+        let rules = nsa.ip(&[family.flag(), "rule"]).expect_ok("ip rule").stdout;
+        assert!(
+            rules.contains("not from all fwmark 0xca6c lookup 51820")
+                && rules.contains("suppress_prefixlength 0"),
+            "{test}: {} policy rules missing:\n{rules}",
+            family.flag()
+        );
+    }
+    assert!(
+        ping_until_reply(&nsa, &behind6, LONG),
+        "{test}: no reply from {behind6} through the full tunnel\n{}\n{}",
+        side_a.log_text(),
+        side_b.log_text()
+    );
+    // a's default route would reach b's lo too: count what b's TUN gets.
+    for (family, dst) in [(Family::V6, &behind6), (Family::V4, &behind4)] {
+        let before = tun_rx_packets(&nsb, &ifb);
+        let p = ping_family(&nsa, family, dst, 5);
+        assert_eq!(p.received, 5, "{test}: ping {dst}:\n{}", p.output);
+        let after = tun_rx_packets(&nsb, &ifb);
+        assert!(
+            after >= before + 5,
+            "{test}: the pings to {dst} went through the tunnel ({before} -> {after} packets on b's TUN)"
+        );
+    }
+    // The handshake reached b's lo address through the default route (a
+    // loop into the tunnel would have prevented any session). b answers
+    // from the source address its kernel picks for a, its veth address
+    // (braid has no sticky source address yet), and a roams to that: the
+    // endpoint stays on the IPv6 line either way.
+    let endpoints = nsa.run("wg", &["show", &ifa, "endpoints"], SHORT);
+    let on_the_line = [
+        format!("[{endpoint_addr}]:{PORT_B}"),
+        plan.endpoint(Family::V6, 2, PORT_B),
+    ];
+    assert!(
+        on_the_line.iter().any(|e| endpoints.stdout.contains(e)),
+        "{test}: a's endpoint for b is one of {on_the_line:?}: {}",
+        endpoints.describe()
+    );
+    tcp_transfer(&env, &nsa, &nsb, Family::V6, &behind6);
+
+    assert!(side_a.down().ok(), "{test}: braid down");
+    for family in both {
+        let rules = nsa.ip(&[family.flag(), "rule"]).expect_ok("ip rule").stdout;
+        assert!(
+            !rules.contains("51820") && !rules.contains("suppress_prefixlength"),
+            "{test}: {} rules left after down:\n{rules}",
+            family.flag()
+        );
+    }
+    side_b.down();
+}
+
+/// Packets the kernel got from braid on a TUN (its RX counter).
+fn tun_rx_packets(ns: &Netns, ifname: &str) -> u64 {
+    let out = ns.ip(&["-s", "-j", "link", "show", "dev", ifname]);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+    v[0]["stats64"]["rx"]["packets"].as_u64().unwrap_or(0)
 }
 
 #[derive(Debug)]
