@@ -171,6 +171,31 @@ fn tunnel_case(test: &str, inner: Family, outer: Family) {
 
     tcp_transfer(&env, &nsa, &nsb, inner, &tb);
     assert_wg_show_handshake_and_transfer(&nsa, &ifa);
+
+    // `braid doctor` sizes the line by its outer family: 1420 + 80 bytes
+    // just fits a 1500-byte line under IPv6, with 20 to spare under IPv4.
+    let mut doctor = nsa.cmd(BRAID);
+    doctor.args(["doctor", &ifa, "--json"]);
+    let out = run_bounded(doctor, Duration::from_secs(60));
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("{test}: doctor --json: {e}: {}", out.describe()));
+    let check = format!("mtu {ifa} over {va}");
+    let mtu = v["checks"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["check"] == check.as_str()))
+        .unwrap_or_else(|| panic!("{test}: no `{check}` check: {v:#}"));
+    let overhead = if outer == Family::V4 {
+        "60 bytes of IPv4"
+    } else {
+        "80 bytes of IPv6"
+    };
+    assert!(
+        mtu["level"] == "ok"
+            && mtu["finding"]
+                .as_str()
+                .is_some_and(|f| f.contains(overhead)),
+        "{test}: {mtu}"
+    );
     side_a.down();
     side_b.down();
 }
