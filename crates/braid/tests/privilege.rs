@@ -1,5 +1,6 @@
 //! Least privilege, end to end: a daemon started as root runs as `nobody`
-//! with only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE, the tunnel still works
+//! with only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE (CAP_NET_ADMIN also
+//! ambient, for the `ip` commands it runs), the tunnel still works
 //! (also UAPI changes that need those capabilities), the UAPI socket is
 //! 0600 and root's, `braid down` still cleans up, and a config file open to
 //! the group is refused with the `chmod 600` hint.
@@ -93,10 +94,11 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
     let cap_prm = status_field(pid, "CapPrm");
     let cap_inh = status_field(pid, "CapInh");
     let cap_bnd = status_field(pid, "CapBnd");
+    let cap_amb = status_field(pid, "CapAmb");
     let no_new_privs = status_field(pid, "NoNewPrivs");
     eprintln!(
         "[{test}] daemon pid {pid}: Uid {uid}; CapEff {cap_eff} CapPrm {cap_prm} \
-         CapInh {cap_inh} CapBnd {cap_bnd}; NoNewPrivs {no_new_privs}"
+         CapInh {cap_inh} CapBnd {cap_bnd} CapAmb {cap_amb}; NoNewPrivs {no_new_privs}"
     );
     let nobody = nobody_uid();
     assert!(
@@ -107,7 +109,9 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
     assert_eq!(cap_eff, net_admin_and_bind, "effective capabilities");
     assert_eq!(cap_prm, net_admin_and_bind, "permitted capabilities");
     assert_eq!(cap_bnd, net_admin_and_bind, "bounding set");
-    assert_eq!(cap_inh, "0000000000000000", "inheritable capabilities");
+    // CAP_NET_ADMIN passes on to the `ip` commands the daemon runs.
+    assert_eq!(cap_inh, "0000000000001000", "inheritable capabilities");
+    assert_eq!(cap_amb, "0000000000001000", "ambient capabilities");
     assert_eq!(no_new_privs, "1");
     assert!(
         a.log_text().contains("running as user nobody"),

@@ -188,6 +188,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     getrandom::getrandom(&mut seed).map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut device = Device::new(now, SystemTime::now(), seed);
     device.set_mtu(mtu as usize);
+    // Test only (tests/faults.rs): many rekeys within a short transfer.
+    if let Some(secs) = std::env::var("BRAID_TEST_REKEY_AFTER_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        log!(name, "test knob: rekeying every {secs} s");
+        device.set_rekey_after_time_for_tests(Duration::from_secs(secs));
+    }
     if let Some(cfg) = &req.config {
         device.set_cipher(cfg.interface.cipher);
     }

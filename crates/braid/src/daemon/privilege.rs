@@ -22,6 +22,9 @@ const CAP_NET_ADMIN: u32 = 12;
 ///   MTU changes, and removing its policy routing rules on the way down.
 /// - CAP_NET_BIND_SERVICE: a `listen-port` below 1024 set over the UAPI.
 ///
+/// netcfg changes routes, rules and MTUs by running `ip`, so CAP_NET_ADMIN
+/// is also ambient (passed on to those commands); CAP_NET_BIND_SERVICE is not.
+///
 /// Not kept: CAP_NET_RAW (SO_BINDTODEVICE of `bind=` lines happens at
 /// start-up only), CAP_DAC_OVERRIDE (the UAPI socket is already bound),
 /// CAP_SETUID and everything else.
@@ -29,6 +32,9 @@ pub const KEPT_CAPABILITIES: [(u32, &str); 2] = [
     (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
     (CAP_NET_BIND_SERVICE, "CAP_NET_BIND_SERVICE"),
 ];
+
+/// Kept capabilities that commands run by the daemon (`ip`) inherit.
+pub const AMBIENT_MASK: u64 = 1 << CAP_NET_ADMIN;
 
 /// The kept capabilities as the bit mask `/proc/PID/status` shows (CapEff).
 pub fn kept_mask() -> u64 {
@@ -139,8 +145,9 @@ fn last_capability() -> u32 {
 }
 
 /// Becomes `target` for good, keeping only [`KEPT_CAPABILITIES`] (effective
-/// and permitted; none inheritable, none regainable: the bounding set loses
-/// the rest and no-new-privs is set).
+/// and permitted; CAP_NET_ADMIN also inheritable and ambient for the `ip`
+/// commands netcfg runs; nothing regainable: the bounding set loses the
+/// rest and no-new-privs is set).
 ///
 /// Threads that already exist change user with the process (glibc applies
 /// setuid to every thread) but lose all their capabilities; threads started
@@ -177,11 +184,25 @@ pub fn drop_to(target: Target) -> io::Result<()> {
         let bits = (kept >> (32 * i)) as u32;
         word.effective = bits;
         word.permitted = bits;
+        word.inheritable = (AMBIENT_MASK >> (32 * i)) as u32;
     }
     // SAFETY: capset reads a v3 header and two data words, both valid here.
     let rc = unsafe { libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) }
         as libc::c_int;
     check(rc, "capset")?;
+    // SAFETY: prctl with integer arguments only.
+    check(
+        unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                CAP_NET_ADMIN as libc::c_ulong,
+                0,
+                0,
+            )
+        },
+        "PR_CAP_AMBIENT_RAISE CAP_NET_ADMIN",
+    )?;
     // SAFETY: prctl with integer arguments only.
     check(
         unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) },
