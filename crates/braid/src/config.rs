@@ -232,6 +232,7 @@ impl Config {
             path: path.to_path_buf(),
             source,
         };
+        crate::daemon::privilege::check_private_file(path).map_err(io_err)?;
         let bytes = std::fs::read(path).map_err(io_err)?;
         let name = path
             .file_name()
@@ -1177,6 +1178,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("wgtest.conf");
         std::fs::write(&path, format!("[Interface]\nPrivateKey={SK}\nMTU=x\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let msg = Config::load(&path).unwrap_err().to_string();
         assert!(msg.starts_with("wgtest.conf:3: key 'MTU': "), "{msg}");
         std::fs::write(&path, format!("[Interface]\nPrivateKey={SK}\n")).unwrap();

@@ -1,6 +1,7 @@
 //! `braid`: the command line, with the habits of `wg` and `wg-quick`.
 
 use braid::config::Config;
+use braid::daemon::privilege::Privileges;
 use braid::daemon::{self, background, control, UpRequest};
 use braid::keys::{PresharedKey, PrivateKey};
 use braid::{show, uapi};
@@ -30,6 +31,13 @@ enum Command {
         /// Stay attached to the terminal instead of running in the background.
         #[arg(long, short = 'f')]
         foreground: bool,
+        /// Once set up, run as this user (default: nobody) with only
+        /// CAP_NET_ADMIN and CAP_NET_BIND_SERVICE.
+        #[arg(long, value_name = "USER")]
+        user: Option<String>,
+        /// Keep running as root (for debugging).
+        #[arg(long, conflicts_with = "user")]
+        keep_root: bool,
     },
     /// Stop an interface's daemon and remove what it created.
     Down { name: String },
@@ -105,7 +113,16 @@ enum BenchCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Up { file, foreground } => up(&file, foreground),
+        Command::Up {
+            file,
+            foreground,
+            user,
+            keep_root,
+        } => up(
+            &file,
+            foreground,
+            Privileges::choose(user.as_deref(), keep_root),
+        ),
         Command::Down { name } => down(&name),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
         Command::Doctor { name, json } => {
@@ -163,7 +180,7 @@ fn log_path(name: &str) -> String {
     format!("/var/log/braid/{name}.log")
 }
 
-fn up(file: &std::path::Path, foreground: bool) -> Result<(), String> {
+fn up(file: &std::path::Path, foreground: bool, privileges: Privileges) -> Result<(), String> {
     // Everything that can be wrong with the file is found before the system
     // is touched.
     let name = Config::interface_name(file).map_err(|e| e.to_string())?;
@@ -174,15 +191,18 @@ fn up(file: &std::path::Path, foreground: bool) -> Result<(), String> {
         UpRequest {
             name,
             config: Some(config),
+            privileges,
         },
         foreground,
     )
 }
 
 fn interface(args: &[String]) -> Result<(), String> {
-    let (foreground, names): (Vec<&String>, Vec<&String>) = args
+    let (flags, names): (Vec<&String>, Vec<&String>) = args
         .iter()
-        .partition(|a| a.as_str() == "-f" || a.as_str() == "--foreground");
+        .partition(|a| ["-f", "--foreground", "--keep-root"].contains(&a.as_str()));
+    let foreground = flags.iter().any(|a| a.as_str() != "--keep-root");
+    let keep_root = flags.iter().any(|a| a.as_str() == "--keep-root");
     let [name] = names.as_slice() else {
         return Err(format!(
             "unknown command {:?}; see `braid --help`",
@@ -199,8 +219,9 @@ fn interface(args: &[String]) -> Result<(), String> {
         UpRequest {
             name: name.to_string(),
             config: None,
+            privileges: Privileges::choose(None, keep_root),
         },
-        !foreground.is_empty(),
+        foreground,
     )
 }
 

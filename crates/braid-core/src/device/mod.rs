@@ -122,6 +122,9 @@ pub struct Device {
     /// The interface's `Cipher =` and whether this CPU has AES instructions.
     cipher: CipherPolicy,
     aes_hardware: bool,
+    /// REKEY_AFTER_TIME, shortened only by fault tests (see
+    /// [`Device::set_rekey_after_time_for_tests`]).
+    rekey_after_time: Duration,
     pub counters: DeviceCounters,
 }
 
@@ -151,6 +154,7 @@ impl Device {
             extensions: true,
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),
+            rekey_after_time: crate::consts::REKEY_AFTER_TIME,
             counters: DeviceCounters::default(),
         }
     }
@@ -216,6 +220,13 @@ impl Device {
 
     pub fn set_mtu(&mut self, mtu: usize) {
         self.mtu = mtu;
+    }
+
+    /// Test only: rekey sessions this often instead of every 120 s, so
+    /// end-to-end tests can watch many rekeys during a short transfer.
+    /// Handshakes still start at most once per REKEY_TIMEOUT.
+    pub fn set_rekey_after_time_for_tests(&mut self, after: Duration) {
+        self.rekey_after_time = after;
     }
 
     pub fn mtu(&self) -> usize {

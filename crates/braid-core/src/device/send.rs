@@ -99,12 +99,13 @@ impl Device {
                 .expect("caller checked")
                 .on_data_sent(now, jitter);
         }
+        let rekey_after_time = self.rekey_after_time;
         let p = self.peers[pid].as_mut().expect("caller checked");
         p.on_authenticated_sent();
         p.on_authenticated_traversal(now);
         let stale = p.keypairs.current.as_ref().is_some_and(|k| {
             k.initiator
-                && (k.messages_sent() > REKEY_AFTER_MESSAGES || k.age(now) > REKEY_AFTER_TIME)
+                && (k.messages_sent() > REKEY_AFTER_MESSAGES || k.age(now) > rekey_after_time)
         });
         if stale {
             self.initiate(now, pid, false);

@@ -14,7 +14,9 @@
 pub mod background;
 pub mod control;
 pub mod dataplane;
+pub mod guardian;
 pub mod lines;
+pub mod privilege;
 pub mod routes;
 
 use crate::config::{Config, MssFix};
@@ -51,6 +53,8 @@ pub struct UpRequest {
     /// `None`: an empty interface configured later over the UAPI (wg-quick's
     /// userspace mode).
     pub config: Option<Config>,
+    /// Whether the daemon gives up root once set up.
+    pub privileges: privilege::Privileges,
 }
 
 /// Turns a parsed config into the same `set` request the UAPI would send,
@@ -122,7 +126,11 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         daemon.state.listen_port
     );
     let result = daemon.event_loop();
-    if let Some(cfg) = &req.config {
+    if let Some(guardian) = daemon.guardian.as_mut() {
+        if let Err(e) = guardian.pre_down() {
+            log!(name, "PreDown through the privilege guardian: {e}");
+        }
+    } else if let Some(cfg) = &req.config {
         if let Err(e) = run_hooks(&name, &cfg.interface.pre_down) {
             log!(name, "{e}");
         }
@@ -131,8 +139,11 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
     if let Err(e) = daemon.routes.remove() {
         log!(name, "removing routing rules: {e}");
     }
-    drop(daemon); // closing the TUN removes the interface and its routes
-    if let Some(cfg) = &req.config {
+    // Closing the TUN removes the interface and its routes; a guardian then
+    // runs PostDown and removes the socket.
+    let guarded = daemon.guardian.is_some();
+    drop(daemon);
+    if let Some(cfg) = req.config.as_ref().filter(|_| !guarded) {
         if let Err(e) = run_hooks(&name, &cfg.interface.post_down) {
             log!(name, "{e}");
         }
@@ -150,6 +161,10 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         ));
     }
     let set = req.config.as_ref().map(config_to_set).transpose()?;
+    let drop_to = match &req.privileges {
+        privilege::Privileges::DropTo(user) => Some((user, privilege::lookup_user(user)?)),
+        privilege::Privileges::Keep => None,
+    };
     if let Some(cfg) = &req.config {
         run_hooks(name, &cfg.interface.pre_up)?;
     }
@@ -173,6 +188,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     getrandom::getrandom(&mut seed).map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut device = Device::new(now, SystemTime::now(), seed);
     device.set_mtu(mtu as usize);
+    // Test only (tests/faults.rs): many rekeys within a short transfer.
+    if let Some(secs) = std::env::var("BRAID_TEST_REKEY_AFTER_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        log!(name, "test knob: rekeying every {secs} s");
+        device.set_rekey_after_time_for_tests(Duration::from_secs(secs));
+    }
     if let Some(cfg) = &req.config {
         device.set_cipher(cfg.interface.cipher);
     }
@@ -199,7 +222,25 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     if let Some(cfg) = &req.config {
         apply_multipath(&mut device, &mut lines, cfg)?;
     }
+    let mut guardian = match drop_to {
+        Some(_) => Some(guardian::Guardian::start(guardian::Duties {
+            name: name.clone(),
+            socket: control::socket_path(name),
+            pre_down: req
+                .config
+                .as_ref()
+                .map_or(Vec::new(), |c| c.interface.pre_down.clone()),
+            post_down: req
+                .config
+                .as_ref()
+                .map_or(Vec::new(), |c| c.interface.post_down.clone()),
+        })?),
+        None => None,
+    };
     let (requests, path) = control::listen(name, waker.clone())?;
+    if let Some(g) = guardian.as_mut() {
+        g.socket_created()?;
+    }
     let mut installed = routes::Installed::default();
     if let Some(cfg) = &req.config {
         for addr in &cfg.interface.addresses {
@@ -211,6 +252,16 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
             let _ = installed.remove();
             return Err(e);
         }
+    }
+    if let (Some((user, target)), Some(g)) = (drop_to, guardian.as_mut()) {
+        privilege::drop_to(target)?;
+        g.up()?;
+        let kept: Vec<&str> = privilege::KEPT_CAPABILITIES.iter().map(|c| c.1).collect();
+        log!(
+            name,
+            "running as user {user}, keeping {}",
+            kept.join(" and ")
+        );
     }
     let mss_fix = req
         .config
@@ -225,6 +276,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         control_batch: PacketBatch::new(BATCH, SLOT_BYTES),
         jobs: CryptoJobs::new(),
         routes: installed,
+        guardian,
     };
     Ok((daemon, path))
 }
@@ -285,6 +337,7 @@ struct Daemon {
     control_batch: PacketBatch,
     jobs: CryptoJobs,
     routes: routes::Installed,
+    guardian: Option<guardian::Guardian>,
 }
 
 impl Daemon {

@@ -1,0 +1,421 @@
+//! Faults, end to end: each test carries numbered UDP datagrams (fixed
+//! rate) and a paced, SHA-256-checked TCP stream from namespace a to b
+//! through the tunnel while something goes wrong, then prints what was lost
+//! and asserts that nothing arrived corrupted and that the tunnel recovered
+//! by itself. No test asserts how fast anything happened.
+//!
+//! ```text
+//!  two lines (redundant):  a: va1 198.18.x.1/25   ── vb1 198.18.x.2/25   :b
+//!                              va2 198.18.x.129/25 ── vb2 198.18.x.130/25
+//!  one line:               a: va 198.18.x.1/24 ── vb 198.18.x.2/24 :b
+//!  netem:                  a: braid → 127.0.0.1:6001 braid netem → 198.18.x.2:51821 :b
+//! ```
+
+mod common;
+#[path = "support/traffic.rs"]
+mod traffic;
+
+use common::*;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use traffic::{SeqReport, TcpTransfer, TransferReport, UdpSequence};
+
+const TOOLS: &[&str] = &["ip", "ping", "wg"];
+/// Datagrams per second of the sequence test.
+const SEQ_RATE: u32 = 200;
+/// Bytes per second of the TCP stream.
+const TCP_RATE: u64 = 1 << 20;
+
+fn tunnel_b(x: u8, port: u16) -> SocketAddr {
+    format!("198.19.{x}.2:{port}").parse().unwrap()
+}
+
+/// Sequence and TCP stream from a to b for `secs`; `fault` runs meanwhile,
+/// with the instant the traffic started.
+fn carry_through(
+    nsa: &Netns,
+    nsb: &Netns,
+    x: u8,
+    secs: u64,
+    fault: impl FnOnce(Instant),
+) -> (SeqReport, TransferReport) {
+    let duration = Duration::from_secs(secs);
+    let start = Instant::now();
+    let seq = UdpSequence::start(&nsa.name, &nsb.name, tunnel_b(x, 7001), SEQ_RATE, duration);
+    let tcp = TcpTransfer::start(&nsa.name, &nsb.name, tunnel_b(x, 7002), TCP_RATE, duration);
+    fault(start);
+    (seq.finish(), tcp.finish())
+}
+
+fn sleep_until(t: Instant) {
+    if let Some(d) = t.checked_duration_since(Instant::now()) {
+        std::thread::sleep(d);
+    }
+}
+
+/// Prints the losses; asserts no corruption, an intact TCP stream and a
+/// working tunnel afterwards.
+fn judge(test: &str, nsa: &Netns, x: u8, seq: &SeqReport, tcp: &TransferReport) {
+    eprintln!("[{test}] {seq}");
+    eprintln!("[{test}] {tcp}");
+    assert_eq!(seq.corrupted, 0, "corrupted datagrams arrived: {seq}");
+    assert!(seq.received > 0, "nothing arrived: {seq}");
+    assert!(tcp.intact(), "{tcp}");
+    assert!(
+        ping_until_reply(nsa, &format!("198.19.{x}.2"), LONG),
+        "the tunnel did not recover"
+    );
+}
+
+fn pair_confs(
+    ka: &Keys,
+    kb: &Keys,
+    x: u8,
+    a_peer_lines: Vec<String>,
+    endpoint: Option<String>,
+) -> (IfaceConf, IfaceConf) {
+    let a = IfaceConf {
+        private_key: ka.private.clone(),
+        address: vec![format!("198.19.{x}.1/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec![format!("198.19.{x}.2/32")],
+            endpoint,
+            braid_lines: a_peer_lines,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(51821),
+        address: vec![format!("198.19.{x}.2/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("198.19.{x}.1/32")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (a, b)
+}
+
+fn two_lines(env: &TestEnv, a: &Netns, b: &Netns) -> (u8, Veth, Veth) {
+    let x = env.octet();
+    let v1 = Veth::new(
+        a,
+        "va1",
+        &format!("198.18.{x}.1/25"),
+        b,
+        "vb1",
+        &format!("198.18.{x}.2/25"),
+    );
+    let v2 = Veth::new(
+        a,
+        "va2",
+        &format!("198.18.{x}.129/25"),
+        b,
+        "vb2",
+        &format!("198.18.{x}.130/25"),
+    );
+    (x, v1, v2)
+}
+
+fn redundant_paths(x: u8) -> Vec<String> {
+    vec![
+        format!("Path = l1 bind=va1 endpoint=198.18.{x}.2:51821"),
+        format!("Path = l2 bind=va2 endpoint=198.18.{x}.130:51821"),
+        "Mode = redundant".to_string(),
+    ]
+}
+
+fn up(env: &TestEnv, ns: &Netns, ifname: &str, conf: &IfaceConf) -> ChildGuard {
+    up_with_env(env, ns, ifname, conf, &[])
+}
+
+/// `braid up --foreground` with extra environment (the test-only rekey
+/// knob), waiting until the interface answers `wg show`.
+fn up_with_env(
+    env: &TestEnv,
+    ns: &Netns,
+    ifname: &str,
+    conf: &IfaceConf,
+    vars: &[(&str, &str)],
+) -> ChildGuard {
+    let path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());
+    let mut cmd = ns.cmd(BRAID);
+    cmd.args(["up", "--foreground", &path.to_string_lossy()]);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let log = env.path(&format!("{ifname}.{}.log", env.n));
+    let mut child = ChildGuard::spawn(cmd, &format!("braid {ifname}"), &log);
+    let ok = wait_until(LONG, || {
+        !child.running()
+            || (sock_path(ifname).exists()
+                && ns.link_up(ifname)
+                && ns.run("wg", &["show", ifname], SHORT).ok())
+    });
+    assert!(
+        ok && child.running(),
+        "braid {ifname} did not come up:\n{}",
+        child.log_text()
+    );
+    child
+}
+
+fn peer_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
+    let out = ns.run(BRAID, &["show", ifname, "--json"], SHORT);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+    v["peers"][0]["extra"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e[0] == name)
+        .and_then(|e| e[1].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn one_of_two_lines_cut_and_restored() {
+    let test = "one_of_two_lines_cut_and_restored";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+    let (x, _v1, _v2) = two_lines(&env, &nsa, &nsb);
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (ca, cb) = pair_confs(&ka, &kb, x, redundant_paths(x), None);
+    let _b = up(&env, &nsb, &ifb, &cb);
+    let _a = up(&env, &nsa, &ifa, &ca);
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    let (seq, tcp) = carry_through(&nsa, &nsb, x, 6, |start| {
+        sleep_until(start + Duration::from_secs(2));
+        nsa.ip(&["link", "set", "va1", "down"])
+            .expect_ok("cut line 1");
+        sleep_until(start + Duration::from_secs(4));
+        nsa.ip(&["link", "set", "va1", "up"])
+            .expect_ok("restore line 1");
+    });
+    judge(test, &nsa, x, &seq, &tcp);
+}
+
+#[test]
+fn both_lines_cut_longer_than_keepalive_and_rekey_timers() {
+    let test = "both_lines_cut_longer_than_keepalive_and_rekey_timers";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+    let (x, _v1, _v2) = two_lines(&env, &nsa, &nsb);
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (ca, cb) = pair_confs(&ka, &kb, x, redundant_paths(x), None);
+    let _b = up(&env, &nsb, &ifb, &cb);
+    let _a = up(&env, &nsa, &ifa, &ca);
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    // 16 s dark: longer than KEEPALIVE_TIMEOUT (10 s) + REKEY_TIMEOUT (5 s),
+    // so keepalives go unanswered and handshake retries run into the cut.
+    let (seq, tcp) = carry_through(&nsa, &nsb, x, 20, |start| {
+        sleep_until(start + Duration::from_secs(1));
+        for line in ["va1", "va2"] {
+            nsa.ip(&["link", "set", line, "down"]).expect_ok("cut");
+        }
+        sleep_until(start + Duration::from_secs(17));
+        for line in ["va1", "va2"] {
+            nsa.ip(&["link", "set", line, "up"]).expect_ok("restore");
+        }
+    });
+    judge(test, &nsa, x, &seq, &tcp);
+}
+
+#[test]
+fn peer_restarted_tunnel_comes_back() {
+    let test = "peer_restarted_tunnel_comes_back";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va: _,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
+    let b = up(&env, &nsb, &ifb, &cb);
+    let _a = up(&env, &nsa, &ifa, &ca);
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    let mut b = Some(b);
+    let mut restarted = None;
+    let (seq, tcp) = carry_through(&nsa, &nsb, x, 25, |start| {
+        sleep_until(start + Duration::from_secs(2));
+        let mut old = b.take().expect("b");
+        let pid = old.pid();
+        // SAFETY: kill(2) on the braid this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        old.wait_exit(SHORT);
+        drop(old);
+        assert!(
+            wait_until(SHORT, || !nsb.has_link(&ifb)),
+            "TUN outlived its daemon"
+        );
+        assert!(
+            wait_until(SHORT, || !sock_path(&ifb).exists()),
+            "the guardian left the socket of a killed daemon"
+        );
+        eprintln!("[{test}] killed b's braid (pid {pid}), starting it again");
+        restarted = Some(up(&env, &nsb, &ifb, &cb));
+    });
+    judge(test, &nsa, x, &seq, &tcp);
+    drop(restarted);
+}
+
+#[test]
+fn rekeying_during_a_transfer() {
+    let test = "rekeying_during_a_transfer";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va: _,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
+    let knob = [("BRAID_TEST_REKEY_AFTER_SECS", "1")];
+    let _b = up_with_env(&env, &nsb, &ifb, &cb, &knob);
+    let _a = up_with_env(&env, &nsa, &ifa, &ca, &knob);
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    let before = peer_counter(&nsa, &ifa, "handshakes_completed")
+        + peer_counter(&nsb, &ifb, "handshakes_completed");
+    let (seq, tcp) = carry_through(&nsa, &nsb, x, 12, |_| {});
+    let after = peer_counter(&nsa, &ifa, "handshakes_completed")
+        + peer_counter(&nsb, &ifb, "handshakes_completed");
+    eprintln!(
+        "[{test}] handshakes completed during the transfer: {}",
+        after - before
+    );
+    judge(test, &nsa, x, &seq, &tcp);
+    assert!(
+        after - before >= 2,
+        "expected rekeys during the transfer: {before} -> {after}"
+    );
+}
+
+#[test]
+fn roaming_to_a_new_source_address() {
+    let test = "roaming_to_a_new_source_address";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
+    let _b = up(&env, &nsb, &ifb, &cb);
+    let _a = up(&env, &nsa, &ifa, &ca);
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    let (seq, tcp) = carry_through(&nsa, &nsb, x, 6, |start| {
+        sleep_until(start + Duration::from_secs(2));
+        // The new address stays when the old (primary) one goes.
+        nsa.run(
+            "sysctl",
+            &["-qw", &format!("net.ipv4.conf.{va}.promote_secondaries=1")],
+            SHORT,
+        )
+        .expect_ok("promote_secondaries");
+        nsa.ip(&["addr", "add", &format!("198.18.{x}.3/24"), "dev", &va])
+            .expect_ok("new address");
+        nsa.ip(&["addr", "del", &format!("198.18.{x}.1/24"), "dev", &va])
+            .expect_ok("old address gone");
+    });
+    let endpoint = nsb
+        .run("wg", &["show", &ifb, "endpoints"], SHORT)
+        .expect_ok("wg show endpoints")
+        .stdout;
+    eprintln!("[{test}] b sees a at {}", endpoint.trim());
+    judge(test, &nsa, x, &seq, &tcp);
+    assert!(
+        endpoint.contains(&format!("198.18.{x}.3:")),
+        "b did not follow a to its new address: {endpoint}"
+    );
+}
+
+#[test]
+fn netem_line_that_corrupts_and_duplicates() {
+    let test = "netem_line_that_corrupts_and_duplicates";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va: _,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
+    let mut relay_cmd = nsa.cmd(BRAID);
+    relay_cmd.args([
+        "netem",
+        "--listen",
+        "127.0.0.1:6001",
+        "--to",
+        &format!("198.18.{x}.2:51821"),
+        "--corrupt",
+        "2%",
+        "--dup",
+        "2%",
+        "--seed",
+        "7",
+    ]);
+    let mut relay = ChildGuard::spawn(relay_cmd, "netem", &env.path("netem.log"));
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some("127.0.0.1:6001".into()));
+    let _b = up(&env, &nsb, &ifb, &cb);
+    let _a = up(&env, &nsa, &ifa, &ca);
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    let (seq, tcp) = carry_through(&nsa, &nsb, x, 6, |_| {});
+    let rejected =
+        peer_counter(&nsb, &ifb, "auth_failed") + peer_counter(&nsa, &ifa, "auth_failed");
+    let replayed = peer_counter(&nsb, &ifb, "replayed") + peer_counter(&nsa, &ifa, "replayed");
+    eprintln!(
+        "[{test}] braid dropped {rejected} datagrams failing authentication, {replayed} replays"
+    );
+    judge(test, &nsa, x, &seq, &tcp);
+    assert_eq!(seq.duplicated, 0, "duplicates reached the receiver: {seq}");
+    relay.terminate();
+    eprintln!(
+        "[{test}] netem: {}",
+        relay
+            .log_text()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+}

@@ -1,0 +1,205 @@
+//! Least privilege, end to end: a daemon started as root runs as `nobody`
+//! with only CAP_NET_ADMIN and CAP_NET_BIND_SERVICE (CAP_NET_ADMIN also
+//! ambient, for the `ip` commands it runs), the tunnel still works
+//! (also UAPI changes that need those capabilities), the UAPI socket is
+//! 0600 and root's, `braid down` still cleans up, and a config file open to
+//! the group is refused with the `chmod 600` hint.
+//!
+//! ```text
+//!  netns a: braid (foreground) ── veth 198.18.x.1/.2 ── netns b: braid (daemon)
+//! ```
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::time::Duration;
+
+const TOOLS: &[&str] = &["ip", "ping", "wg"];
+
+/// The fields of /proc/PID/status this test reads.
+fn status_field(pid: i32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+fn nobody_uid() -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("read /etc/passwd");
+    passwd
+        .lines()
+        .find_map(|l| l.strip_prefix("nobody:x:"))
+        .and_then(|r| r.split(':').next())
+        .expect("a user nobody")
+        .to_string()
+}
+
+#[test]
+fn daemon_runs_unprivileged_with_only_kept_capabilities() {
+    let test = "daemon_runs_unprivileged_with_only_kept_capabilities";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va: _,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        listen_port: Some(51820),
+        address: vec![format!("198.19.{x}.1/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec![format!("198.19.{x}.2/32")],
+            endpoint: Some(format!("198.18.{x}.2:51821")),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(51821),
+        address: vec![format!("198.19.{x}.2/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("198.19.{x}.1/32")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    b.assert_up();
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Foreground);
+    a.assert_up();
+    let pid = a.child.as_ref().expect("foreground child").pid();
+
+    assert!(
+        ping_until_reply(&nsa, &format!("198.19.{x}.2"), Duration::from_secs(20)),
+        "no ping through the tunnel after the privilege drop:\n{}",
+        a.log_text()
+    );
+
+    let uid = status_field(pid, "Uid");
+    let cap_eff = status_field(pid, "CapEff");
+    let cap_prm = status_field(pid, "CapPrm");
+    let cap_inh = status_field(pid, "CapInh");
+    let cap_bnd = status_field(pid, "CapBnd");
+    let cap_amb = status_field(pid, "CapAmb");
+    let no_new_privs = status_field(pid, "NoNewPrivs");
+    eprintln!(
+        "[{test}] daemon pid {pid}: Uid {uid}; CapEff {cap_eff} CapPrm {cap_prm} \
+         CapInh {cap_inh} CapBnd {cap_bnd} CapAmb {cap_amb}; NoNewPrivs {no_new_privs}"
+    );
+    let nobody = nobody_uid();
+    assert!(
+        uid.split_whitespace().all(|u| u == nobody),
+        "real, effective, saved and fs uid should all be nobody ({nobody}): {uid}"
+    );
+    let net_admin_and_bind = "0000000000001400";
+    assert_eq!(cap_eff, net_admin_and_bind, "effective capabilities");
+    assert_eq!(cap_prm, net_admin_and_bind, "permitted capabilities");
+    assert_eq!(cap_bnd, net_admin_and_bind, "bounding set");
+    // CAP_NET_ADMIN passes on to the `ip` commands the daemon runs.
+    assert_eq!(cap_inh, "0000000000001000", "inheritable capabilities");
+    assert_eq!(cap_amb, "0000000000001000", "ambient capabilities");
+    assert_eq!(no_new_privs, "1");
+    assert!(
+        a.log_text().contains("running as user nobody"),
+        "{}",
+        a.log_text()
+    );
+
+    // The guardian is the only other braid process in the namespace: root,
+    // it waits for the daemon's end.
+    let others: Vec<i32> = nsa
+        .pids_of(std::path::Path::new(BRAID))
+        .into_iter()
+        .filter(|&p| p != pid)
+        .collect();
+    assert_eq!(others.len(), 1, "one guardian expected: {others:?}");
+    eprintln!(
+        "[{test}] guardian pid {}: Uid {}; threads {}; open fds {}",
+        others[0],
+        status_field(others[0], "Uid"),
+        status_field(others[0], "Threads"),
+        std::fs::read_dir(format!("/proc/{}/fd", others[0]))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    );
+
+    let sock = sock_path(&ifa);
+    let meta = std::fs::metadata(&sock).expect("UAPI socket");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "UAPI socket mode");
+    assert_eq!(meta.uid(), 0, "UAPI socket owner");
+
+    // UAPI changes that need the kept capabilities: SO_MARK (CAP_NET_ADMIN)
+    // and a port below 1024 (CAP_NET_BIND_SERVICE).
+    nsa.run("wg", &["set", &ifa, "fwmark", "0x77"], SHORT)
+        .expect_ok("wg set fwmark as the unprivileged daemon");
+    nsa.run("wg", &["set", &ifa, "listen-port", "501"], SHORT)
+        .expect_ok("wg set listen-port 501 as the unprivileged daemon");
+    let shown = nsa
+        .run("wg", &["show", &ifa, "listen-port"], SHORT)
+        .expect_ok("wg show listen-port")
+        .stdout;
+    assert_eq!(shown.trim(), "501");
+    let braid_show = nsa.run(BRAID, &["show", &ifa], SHORT);
+    assert!(braid_show.ok(), "braid show: {}", braid_show.describe());
+    assert!(
+        ping_until_reply(&nsa, &format!("198.19.{x}.2"), Duration::from_secs(20)),
+        "no ping after moving to port 501"
+    );
+
+    // The way down: the interface and, through the guardian, the socket go.
+    let down = a.down();
+    assert!(down.ok(), "braid down: {}", down.describe());
+    assert!(!sock.exists(), "UAPI socket left behind");
+    assert!(
+        wait_until(SHORT, || !nsa.has_link(&ifa)),
+        "interface left behind"
+    );
+    assert!(
+        wait_until(SHORT, || !others.iter().any(|&p| pid_alive(p))),
+        "guardian still running after the daemon stopped"
+    );
+}
+
+#[test]
+fn config_open_to_group_is_refused_with_chmod_hint() {
+    let test = "config_open_to_group_is_refused_with_chmod_hint";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let ns = env.netns("a");
+    let ifname = env.ifname("a");
+    let conf = IfaceConf {
+        private_key: Keys::new().private,
+        ..Default::default()
+    };
+    let path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = ns.run(BRAID, &["up", &path.to_string_lossy()], SHORT);
+    eprintln!("[{test}] braid up said: {}", out.stderr.trim());
+    assert!(!out.ok(), "a group-readable config was accepted");
+    assert!(out.stderr.contains("group or others"), "{}", out.describe());
+    assert!(out.stderr.contains("mode 0640"), "{}", out.describe());
+    assert!(
+        out.stderr
+            .contains(&format!("chmod 600 {}", path.display())),
+        "{}",
+        out.describe()
+    );
+    assert!(!ns.has_link(&ifname), "an interface was created anyway");
+    assert!(!sock_path(&ifname).exists());
+}
