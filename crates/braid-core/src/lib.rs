@@ -16,6 +16,7 @@ pub mod noise;
 pub mod path;
 pub mod peer;
 pub mod reorder;
+pub mod ratelimiter;
 pub mod replay;
 pub mod session;
 pub mod timers;
