@@ -28,6 +28,7 @@ use crate::cookie::CookieChecker;
 use crate::messages::INITIATION_LEN;
 use crate::noise::{self, LocalStatic, RemoteStatic};
 use crate::peer::{Peer, PeerId};
+use crate::ratelimiter::SourceRateLimiter;
 use crate::reorder::{ReorderConfig, ReorderCounters, ReorderWindow};
 use crate::timers::Timer;
 use rand_chacha::ChaCha20Rng;
@@ -49,6 +50,12 @@ pub struct DeviceCounters {
     /// Initiations dropped as replays or for exceeding the per-peer rate.
     pub handshake_flood_dropped: u64,
     pub cookie_replies_sent: u64,
+    /// Handshake messages with a valid cookie dropped by the per-source
+    /// rate limit (under load only, as WireGuard).
+    pub handshake_rate_limited: u64,
+    /// Handshake messages dropped because their batch had used up
+    /// `MAX_HANDSHAKES_PER_BATCH`.
+    pub handshake_over_budget: u64,
     /// Data messages for a receiver index we do not have.
     pub unknown_index: u64,
     /// Packets from the TUN with no peer in AllowedIPs.
@@ -112,6 +119,9 @@ pub struct Device {
     /// Peers whose reorder window has packets ready for the TUN.
     reorder_ready: Vec<PeerId>,
     handshake_window: (Instant, u32),
+    /// Handshakes the batch being received may still spend DH work on.
+    handshake_budget: u32,
+    source_limiter: SourceRateLimiter,
     under_load_until: Option<Instant>,
     scratch_indices: Vec<u32>,
     /// The crypto jobs of `encapsulate`/`decapsulate` (the one-call forms).
@@ -145,6 +155,8 @@ impl Device {
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
             handshake_window: (now, 0),
+            handshake_budget: MAX_HANDSHAKES_PER_BATCH,
+            source_limiter: SourceRateLimiter::new(),
             under_load_until: None,
             scratch_indices: Vec::new(),
             scratch_jobs: CryptoJobs::new(),

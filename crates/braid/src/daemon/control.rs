@@ -194,6 +194,9 @@ pub fn snapshot(
         ("handshake_rejected".into(), c.handshake_rejected),
         ("handshake_flood_dropped".into(), c.handshake_flood_dropped),
         ("cookie_replies_sent".into(), c.cookie_replies_sent),
+        ("handshake_rate_limited".into(), c.handshake_rate_limited),
+        ("handshake_over_budget".into(), c.handshake_over_budget),
+        ("control_queue_full".into(), c.control_queue_full),
         ("unknown_index".into(), c.unknown_index),
         ("no_route".into(), c.no_route),
     ];
