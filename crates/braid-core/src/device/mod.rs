@@ -107,6 +107,7 @@ pub struct Device {
     checker: Option<CookieChecker>,
     peers: Vec<Option<Peer>>,
     by_key: HashMap<[u8; 32], PeerId>,
+    peer_limit: usize,
     allowed: AllowedIps<PeerId>,
     indices: HashMap<u32, IndexEntry>,
     rng: ChaCha20Rng,
@@ -145,6 +146,7 @@ impl Device {
             checker: None,
             peers: Vec::new(),
             by_key: HashMap::new(),
+            peer_limit: MAX_PEERS,
             allowed: AllowedIps::new(),
             indices: HashMap::new(),
             rng: ChaCha20Rng::from_seed(seed),
@@ -238,12 +240,13 @@ impl Device {
         self.by_key.get(public).copied()
     }
 
-    /// Adds a peer (or returns the existing one). `None` when the key is our own.
+    /// Adds a peer (or returns the existing one). `None` when the key is our
+    /// own or the device is full (`MAX_PEERS`, or a lower `set_peer_limit`).
     pub fn add_peer(&mut self, public: [u8; 32]) -> Option<PeerId> {
         if let Some(&pid) = self.by_key.get(&public) {
             return Some(pid);
         }
-        if self.public_key() == Some(public) {
+        if self.public_key() == Some(public) || self.by_key.len() >= self.peer_limit {
             return None;
         }
         // Peer math needs our static key; without one use a placeholder that
@@ -292,6 +295,22 @@ impl Device {
         for k in keys {
             self.remove_peer(&k);
         }
+    }
+
+    /// Holds at most `limit` peers (never more than `MAX_PEERS`); peers
+    /// already there stay.
+    pub fn set_peer_limit(&mut self, limit: usize) {
+        self.peer_limit = limit.min(MAX_PEERS);
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Receiver indices in use (handshakes and sessions): at most
+    /// `1 + 3` per peer, whatever arrives.
+    pub fn index_count(&self) -> usize {
+        self.indices.len()
     }
 
     pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {

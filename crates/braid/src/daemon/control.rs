@@ -125,7 +125,8 @@ fn apply_peer(device: &mut Device, update: &PeerUpdate, now: Instant) -> Result<
         // Our own public key: WireGuard ignores such a peer.
         None => match device.add_peer(public) {
             Some(pid) => pid,
-            None => return Ok(()),
+            None if device.public_key() == Some(public) => return Ok(()),
+            None => return Err(Errno::ENOMEM),
         },
     };
     if let Some(psk) = &update.preshared_key {
