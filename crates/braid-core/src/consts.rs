@@ -34,6 +34,12 @@ pub const MAX_STAGED_PACKETS: usize = 128;
 pub const UNDER_LOAD_HANDSHAKES_PER_SECOND: u32 = 256;
 /// Once under load, stay so for this long.
 pub const UNDER_LOAD_AFTER: Duration = Duration::from_secs(1);
+/// Handshake messages given Diffie-Hellman work per received batch; the
+/// rest of the batch's handshakes are dropped, so a flood of well-formed
+/// initiations cannot hold up the data packets around them.
+pub const MAX_HANDSHAKES_PER_BATCH: u32 = 8;
+/// Peers one device holds (as the Linux module's MAX_PEERS_PER_DEVICE).
+pub const MAX_PEERS: usize = 1 << 20;
 /// Control messages (handshakes, cookies, keepalives) waiting for output.
 pub const MAX_QUEUED_CONTROL: usize = 1024;
 /// Data payloads are padded to a multiple of this (up to the MTU).

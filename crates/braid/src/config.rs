@@ -233,11 +233,23 @@ impl Config {
             source,
         };
         crate::daemon::privilege::check_private_file(path).map_err(io_err)?;
-        let bytes = std::fs::read(path).map_err(io_err)?;
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(io_err)?;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::Invalid {
+                source_name: name,
+                line: None,
+                key: None,
+                message: format!("file is larger than {MAX_CONFIG_BYTES} bytes"),
+            });
+        }
         let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
             source_name: name.clone(),
             line: None,
@@ -737,6 +749,9 @@ fn parse_bool(s: &str) -> Result<bool, String> {
 
 /// Largest `ReorderCapacity` accepted (memory is bounded per peer).
 pub const MAX_REORDER_CAPACITY: usize = 65536;
+/// A configuration file larger than this is refused after reading this
+/// much (a real one, even with thousands of peers, is far smaller).
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// Largest `ReorderHold` accepted.
 pub const MAX_REORDER_HOLD: Duration = Duration::from_secs(10);
 

@@ -101,6 +101,13 @@ enum BenchCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// A bounded handshake flood against a responder: rate offered and
+    /// handled, cookie replies, the responder's CPU.
+    #[command(disable_help_flag = true)]
+    HandshakeFlood {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// One VPN between two namespaces: TCP throughput, ping, CPU per GB
     /// (braid, none, wireguard-go, boringtun, openvpn).
     #[command(disable_help_flag = true)]
@@ -147,6 +154,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Lines { args }) => braid::bench_lines::run(&args),
         Command::Bench(BenchCommand::Crypto { args }) => braid::bench_crypto::run(&args),
         Command::Bench(BenchCommand::Tunnel { args }) => braid::bench_tunnel::run(&args),
+        Command::Bench(BenchCommand::HandshakeFlood { args }) => braid::bench_flood::run(&args),
         Command::Interface(args) => interface(&args),
     };
     match result {

@@ -6,6 +6,7 @@ use crate::cookie::MacVerdict;
 use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};
 use crate::noise;
 use crate::peer::PeerId;
+use crate::ratelimiter::Decision;
 use crate::session::Keypair;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -61,7 +62,9 @@ impl Device {
         }
     }
 
-    /// mac1 always; under load mac2 too, else answer with a cookie reply.
+    /// mac1 always; under load mac2 too, else answer with a cookie reply,
+    /// and a sender that proved its address is still held to its rate
+    /// (WireGuard's order). Whatever passes spends the batch's budget.
     fn admit(
         &mut self,
         now: Instant,
@@ -77,7 +80,7 @@ impl Device {
         match checker.verify(now, msg, src, under_load) {
             MacVerdict::Invalid => {
                 self.counters.invalid_mac += 1;
-                Admission::Drop
+                return Admission::Drop;
             }
             MacVerdict::Mac1Only if under_load => {
                 let mut reply = [0u8; COOKIE_REPLY_LEN];
@@ -85,10 +88,22 @@ impl Device {
                 checker.create_reply(now, msg, src, sender_index, &mut self.rng, &mut reply);
                 self.counters.cookie_replies_sent += 1;
                 self.queue_control(line, src, &reply);
-                Admission::Drop
+                return Admission::Drop;
             }
-            _ => Admission::Proceed,
+            MacVerdict::Mac1AndMac2
+                if under_load && self.source_limiter.allow(now, src.ip()) != Decision::Allowed =>
+            {
+                self.counters.handshake_rate_limited += 1;
+                return Admission::Drop;
+            }
+            _ => {}
         }
+        if self.handshake_budget == 0 {
+            self.counters.handshake_over_budget += 1;
+            return Admission::Drop;
+        }
+        self.handshake_budget -= 1;
+        Admission::Proceed
     }
 
     pub(super) fn receive_initiation(

@@ -28,6 +28,7 @@ use crate::cookie::CookieChecker;
 use crate::messages::INITIATION_LEN;
 use crate::noise::{self, LocalStatic, RemoteStatic};
 use crate::peer::{Peer, PeerId};
+use crate::ratelimiter::SourceRateLimiter;
 use crate::reorder::{ReorderConfig, ReorderCounters, ReorderWindow};
 use crate::timers::Timer;
 use rand_chacha::ChaCha20Rng;
@@ -49,6 +50,12 @@ pub struct DeviceCounters {
     /// Initiations dropped as replays or for exceeding the per-peer rate.
     pub handshake_flood_dropped: u64,
     pub cookie_replies_sent: u64,
+    /// Handshake messages with a valid cookie dropped by the per-source
+    /// rate limit (under load only, as WireGuard).
+    pub handshake_rate_limited: u64,
+    /// Handshake messages dropped because their batch had used up
+    /// `MAX_HANDSHAKES_PER_BATCH`.
+    pub handshake_over_budget: u64,
     /// Data messages for a receiver index we do not have.
     pub unknown_index: u64,
     /// Packets from the TUN with no peer in AllowedIPs.
@@ -100,6 +107,7 @@ pub struct Device {
     checker: Option<CookieChecker>,
     peers: Vec<Option<Peer>>,
     by_key: HashMap<[u8; 32], PeerId>,
+    peer_limit: usize,
     allowed: AllowedIps<PeerId>,
     indices: HashMap<u32, IndexEntry>,
     rng: ChaCha20Rng,
@@ -112,6 +120,9 @@ pub struct Device {
     /// Peers whose reorder window has packets ready for the TUN.
     reorder_ready: Vec<PeerId>,
     handshake_window: (Instant, u32),
+    /// Handshakes the batch being received may still spend DH work on.
+    handshake_budget: u32,
+    source_limiter: SourceRateLimiter,
     under_load_until: Option<Instant>,
     scratch_indices: Vec<u32>,
     /// The crypto jobs of `encapsulate`/`decapsulate` (the one-call forms).
@@ -138,6 +149,7 @@ impl Device {
             checker: None,
             peers: Vec::new(),
             by_key: HashMap::new(),
+            peer_limit: MAX_PEERS,
             allowed: AllowedIps::new(),
             indices: HashMap::new(),
             rng: ChaCha20Rng::from_seed(seed),
@@ -148,6 +160,8 @@ impl Device {
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
             handshake_window: (now, 0),
+            handshake_budget: MAX_HANDSHAKES_PER_BATCH,
+            source_limiter: SourceRateLimiter::new(),
             under_load_until: None,
             scratch_indices: Vec::new(),
             scratch_jobs: CryptoJobs::new(),
@@ -237,12 +251,13 @@ impl Device {
         self.by_key.get(public).copied()
     }
 
-    /// Adds a peer (or returns the existing one). `None` when the key is our own.
+    /// Adds a peer (or returns the existing one). `None` when the key is our
+    /// own or the device is full (`MAX_PEERS`, or a lower `set_peer_limit`).
     pub fn add_peer(&mut self, public: [u8; 32]) -> Option<PeerId> {
         if let Some(&pid) = self.by_key.get(&public) {
             return Some(pid);
         }
-        if self.public_key() == Some(public) {
+        if self.public_key() == Some(public) || self.by_key.len() >= self.peer_limit {
             return None;
         }
         // Peer math needs our static key; without one use a placeholder that
@@ -291,6 +306,22 @@ impl Device {
         for k in keys {
             self.remove_peer(&k);
         }
+    }
+
+    /// Holds at most `limit` peers (never more than `MAX_PEERS`); peers
+    /// already there stay.
+    pub fn set_peer_limit(&mut self, limit: usize) {
+        self.peer_limit = limit.min(MAX_PEERS);
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Receiver indices in use (handshakes and sessions): at most
+    /// `1 + 3` per peer, whatever arrives.
+    pub fn index_count(&self) -> usize {
+        self.indices.len()
     }
 
     pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {

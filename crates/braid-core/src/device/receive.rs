@@ -89,6 +89,7 @@ impl Device {
         jobs: &mut CryptoJobs,
     ) {
         jobs.clear();
+        self.handshake_budget = MAX_HANDSHAKES_PER_BATCH;
         for i in 0..batch.len() {
             let src = batch.addr(i);
             let line = batch.line(i);

@@ -125,7 +125,8 @@ fn apply_peer(device: &mut Device, update: &PeerUpdate, now: Instant) -> Result<
         // Our own public key: WireGuard ignores such a peer.
         None => match device.add_peer(public) {
             Some(pid) => pid,
-            None => return Ok(()),
+            None if device.public_key() == Some(public) => return Ok(()),
+            None => return Err(Errno::ENOMEM),
         },
     };
     if let Some(psk) = &update.preshared_key {
@@ -194,6 +195,9 @@ pub fn snapshot(
         ("handshake_rejected".into(), c.handshake_rejected),
         ("handshake_flood_dropped".into(), c.handshake_flood_dropped),
         ("cookie_replies_sent".into(), c.cookie_replies_sent),
+        ("handshake_rate_limited".into(), c.handshake_rate_limited),
+        ("handshake_over_budget".into(), c.handshake_over_budget),
+        ("control_queue_full".into(), c.control_queue_full),
         ("unknown_index".into(), c.unknown_index),
         ("no_route".into(), c.no_route),
     ];

@@ -36,6 +36,10 @@ use std::time::{Duration, Instant, SystemTime};
 const BATCH: usize = 128;
 /// Bytes per batch slot: room for a jumbo-frame MTU plus WireGuard overhead.
 const SLOT_BYTES: usize = 9 * 1024 + 256;
+/// Received batches one readable line gets before timers, requests and
+/// the other lines have their turn (each batch spends at most
+/// `MAX_HANDSHAKES_PER_BATCH` on handshakes).
+const RECV_BATCHES_PER_WAKE: usize = 8;
 /// Largest MTU a slot can carry.
 pub const MAX_MTU: u32 = 9000;
 /// How often housekeeping (link still there? MTU changed?) runs.
@@ -417,7 +421,7 @@ impl Daemon {
     /// Receives batches until the socket is drained (bounded, so timers
     /// and requests are not starved), decrypting outside the device lock.
     fn on_udp_readable(&mut self, line: usize) -> std::io::Result<()> {
-        for _ in 0..8 {
+        for _ in 0..RECV_BATCHES_PER_WAKE {
             let n = self.shared.lines().recv(line, &mut self.udp_batch)?;
             if n == 0 {
                 break;
