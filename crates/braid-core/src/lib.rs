@@ -15,6 +15,7 @@ pub mod mss;
 pub mod noise;
 pub mod path;
 pub mod peer;
+pub mod pmtud;
 pub mod reorder;
 pub mod replay;
 pub mod session;
