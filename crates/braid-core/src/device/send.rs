@@ -150,7 +150,7 @@ impl Device {
 
     /// Whether `poll_transmit` has anything to send.
     pub fn has_pending_transmit(&self) -> bool {
-        !self.control.is_empty() || !self.pending_flush.is_empty()
+        !self.control.is_empty() || !self.pending_flush.is_empty() || self.has_pmtu_probes()
     }
 
     /// Fills `out` with what waits to be sent: control messages first, then
@@ -167,6 +167,7 @@ impl Device {
             });
             out.set_line(out.len() - 1, c.line);
         }
+        self.transmit_pmtu_probes(now, out);
         let mtu = self.mtu;
         while let Some(&pid) = self.pending_flush.last() {
             let Some(p) = self.peers[pid].as_mut() else {
@@ -210,7 +211,7 @@ impl Device {
             }
             self.pending_flush.pop();
         }
-        !self.control.is_empty()
+        !self.control.is_empty() || self.has_pmtu_probes()
     }
 }
 

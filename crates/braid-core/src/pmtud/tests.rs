@@ -61,6 +61,7 @@ impl Line {
     }
 }
 
+#[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
 fn started(max: usize) -> (Pmtud, Instant) {
     let now = Instant::now();
     let mut p = Pmtud::new(max);
