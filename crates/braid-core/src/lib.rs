@@ -9,6 +9,7 @@ pub mod cookie;
 pub mod crypto;
 pub mod device;
 pub mod ext;
+pub mod icmp;
 pub mod link;
 pub mod messages;
 pub mod mss;
