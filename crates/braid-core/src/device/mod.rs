@@ -111,6 +111,8 @@ pub struct Device {
     control: VecDeque<Control>,
     /// Padded path MTU probes waiting to be sent (too big for `control`).
     pmtu_probes: VecDeque<pmtu::QueuedProbe>,
+    /// Padding never grows a packet beyond what the paths carry.
+    padding_cap: usize,
     /// Peers with staged packets that may now be sendable.
     pending_flush: Vec<PeerId>,
     /// Peers whose reorder window has packets ready for the TUN.
@@ -147,6 +149,7 @@ impl Device {
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
             pmtu_probes: VecDeque::new(),
+            padding_cap: usize::MAX,
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
             handshake_window: (now, 0),

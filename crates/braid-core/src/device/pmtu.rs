@@ -146,6 +146,17 @@ impl Device {
             .set_max(now, max_for_link(link_mtu, route.remote.is_ipv6()));
     }
 
+    /// Caps WireGuard's padding at `mtu` (the path MTU target): a packet
+    /// that fits the path must not be padded past it, which the interface
+    /// MTU alone would allow when it is fixed above the path MTU.
+    pub fn set_padding_cap(&mut self, mtu: usize) {
+        self.padding_cap = mtu;
+    }
+
+    pub(super) fn padding_mtu(&self) -> usize {
+        self.mtu.min(self.padding_cap)
+    }
+
     /// The tunnel MTU every peer can take now: for a braid peer the smallest
     /// discovered size over its live paths, for a stock WireGuard peer with
     /// a session `default` (nothing is discovered there). `default` when

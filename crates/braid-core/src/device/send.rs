@@ -62,7 +62,7 @@ impl Device {
                 batch.consume(i);
                 continue;
             };
-            let mtu = self.mtu;
+            let mtu = self.padding_mtu();
             let p = self.peers[pid].as_mut().expect("routed peer exists");
             let sendable = p.staged.is_empty()
                 && !p.paths.is_empty()
@@ -168,7 +168,7 @@ impl Device {
             out.set_line(out.len() - 1, c.line);
         }
         self.transmit_pmtu_probes(now, out);
-        let mtu = self.mtu;
+        let mtu = self.padding_mtu();
         while let Some(&pid) = self.pending_flush.last() {
             let Some(p) = self.peers[pid].as_mut() else {
                 self.pending_flush.pop();

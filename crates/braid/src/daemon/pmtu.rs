@@ -124,7 +124,12 @@ impl PathMtu {
 /// what the paths carry now. Cheap; the main thread calls it after timers.
 pub fn follow(shared: &Shared, name: &str) {
     let pm = &shared.path_mtu;
-    let target = shared.device().path_mtu_target(pm.default as usize) as u32;
+    let target = {
+        let mut device = shared.device();
+        let target = device.path_mtu_target(pm.default as usize);
+        device.set_padding_cap(target);
+        target as u32
+    };
     let target = target.min(super::MAX_MTU);
     pm.limit.store(target, Ordering::Relaxed);
     if !pm.auto || pm.applied.load(Ordering::Relaxed) == target {
