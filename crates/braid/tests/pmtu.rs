@@ -136,7 +136,6 @@ fn conf_b(t: &Topology, kb: &Keys, ka: &Keys, extra: &[&str], mtu: Option<u32>) 
             ],
             ..Default::default()
         }],
-        ..Default::default()
     }
 }
 
@@ -373,7 +372,7 @@ fn black_hole_is_found_tunnel_mtu_follows_and_tcp_flows() {
     });
     eprintln!(
         "[{test}] --mtu {LIMIT}: black hole detected {detected:?} after the change, \
-         {INNER_LIMIT} found and the TUN lowered {:?} after it",
+         {INNER_LIMIT} found and the TUN lowered {:?} after the change",
         swapped.elapsed()
     );
     let _ = recovered;
