@@ -51,7 +51,7 @@ pub const RAISE_INTERVAL: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PmtuState {
-    /// Not running: the peer does not speak braid, or there is no session.
+    /// Not started: the peer has not shown that it speaks braid.
     Disabled,
     /// Confirming that the base size fits.
     Base,
@@ -193,14 +193,6 @@ impl Pmtud {
         self.outstanding = None;
         self.lost_in_row = 0;
         self.next_probe_at = Some(now);
-    }
-
-    /// Stops probing (the peer went away); the size found so far stays.
-    pub fn stop(&mut self) {
-        self.state = PmtuState::Disabled;
-        self.outstanding = None;
-        self.next_probe_at = None;
-        self.raise_at = None;
     }
 
     /// When `poll` has something to do next.

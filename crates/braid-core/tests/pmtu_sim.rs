@@ -149,6 +149,27 @@ impl Net {
     }
 }
 
+/// The datagram A makes of an IPv4 packet of `len` bytes.
+fn sealed_len(net: &mut Net, len: usize) -> usize {
+    let mut batch = PacketBatch::new(1, STRIDE);
+    batch.push_with(
+        braid_core::batch::HEADROOM,
+        "0.0.0.0:0".parse().unwrap(),
+        |b| {
+            b[..len].fill(0);
+            b[0] = 0x45;
+            b[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            b[9] = 17;
+            b[12..16].copy_from_slice(&[198, 19, 0, 1]);
+            b[16..20].copy_from_slice(&[198, 19, 0, 2]);
+            len
+        },
+    );
+    let now = net.now;
+    net.a.encapsulate(now, &mut batch);
+    batch.packet(0).len()
+}
+
 #[test]
 fn probes_find_the_line_and_a_black_hole_is_recovered() {
     let mut net = Net::new(LinkParams {
@@ -180,6 +201,15 @@ fn probes_find_the_line_and_a_black_hole_is_recovered() {
     assert!(net.a_path().is_up(), "small probes kept the path up");
     assert_eq!(net.a.path_mtu_target(1420), 1368);
     assert!(took < Duration::from_secs(10), "{took:?} of simulated time");
+
+    // A packet that fits the path must not be padded past it: with the
+    // interface MTU at 1420 WireGuard would pad 1368 to 1376 (a 1408-byte
+    // datagram the line drops); capped at the target it stays 1400.
+    net.a.set_mtu(1420);
+    assert_eq!(sealed_len(&mut net, 1368), 1408);
+    let target = net.a.path_mtu_target(1420);
+    net.a.set_padding_cap(target);
+    assert_eq!(sealed_len(&mut net, 1368), 1400);
 
     // The limit goes away: the raise timer finds the ceiling again.
     net.set_mtu(None);

@@ -158,16 +158,20 @@ impl Device {
     }
 
     /// The tunnel MTU every peer can take now: for a braid peer the smallest
-    /// discovered size over its live paths, for a stock WireGuard peer with
+    /// discovered size over its live paths (over all of them when none is
+    /// live), for a stock WireGuard peer with
     /// a session `default` (nothing is discovered there). `default` when
     /// no peer says anything.
     pub fn path_mtu_target(&self, default: usize) -> usize {
         let mut target: Option<usize> = None;
         for p in self.peers.iter().flatten() {
             let peer_mtu = if p.speaks_braid {
+                // With every path down, what they carried last still holds
+                // (no flapping back to the default while a line is cut).
+                let any_up = p.paths.iter().any(|path| path.is_up());
                 p.paths
                     .iter()
-                    .filter(|path| path.is_up())
+                    .filter(|path| path.is_up() || !any_up)
                     .map(|path| path.pmtu.plpmtu())
                     .min()
             } else if p.keypairs.current.is_some() {
