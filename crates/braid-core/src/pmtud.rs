@@ -83,10 +83,15 @@ pub struct ProbeRequest {
     pub size: usize,
 }
 
+/// Probes out for one size: sequence numbers `first_seq..first_seq + sent`.
 #[derive(Debug, Clone, Copy)]
 struct Outstanding {
-    seq: u32,
+    first_seq: u32,
     size: usize,
+    sent: u8,
+    /// How many go out, one per `poll`, before waiting.
+    burst: u8,
+    /// When the newest one counts as lost.
     deadline: Instant,
 }
 
@@ -112,7 +117,9 @@ pub struct Pmtud {
     low: usize,
     high: usize,
     outstanding: Option<Outstanding>,
-    /// Unanswered probes in a row at the size being probed.
+    /// Unanswered probes in a row at the size being probed (a size that
+    /// is being searched gets `MAX_PROBES` at once, so one burst decides;
+    /// a confirmation is a single probe, repeated only when it is lost).
     lost_in_row: u8,
     next_probe_at: Option<Instant>,
     raise_at: Option<Instant>,
@@ -219,12 +226,21 @@ impl Pmtud {
             self.lost_in_row = 0;
             return None;
         }
-        if let Some(o) = self.outstanding {
+        if let Some(mut o) = self.outstanding {
+            if o.sent < o.burst {
+                let seq = o.first_seq.wrapping_add(u32::from(o.sent));
+                o.sent += 1;
+                o.deadline = now + timeout;
+                self.outstanding = Some(o);
+                self.next_seq = seq.wrapping_add(1);
+                self.counters.probes_sent += 1;
+                return Some(ProbeRequest { seq, size: o.size });
+            }
             if now < o.deadline {
                 return None;
             }
             self.outstanding = None;
-            self.on_lost(now, o.size);
+            self.on_lost(now, o.size, o.sent);
         }
         if self.state == PmtuState::SearchComplete && self.raise_at.is_some_and(|t| now >= t) {
             self.raise_at = None;
@@ -238,9 +254,16 @@ impl Pmtud {
         let size = self.next_size();
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
+        let burst = if self.state == PmtuState::SearchComplete {
+            1
+        } else {
+            MAX_PROBES - self.lost_in_row
+        };
         self.outstanding = Some(Outstanding {
-            seq,
+            first_seq: seq,
             size,
+            sent: 1,
+            burst,
             deadline: now + timeout,
         });
         self.counters.probes_sent += 1;
@@ -250,7 +273,7 @@ impl Pmtud {
     /// The peer acknowledged probe `seq` of `size` bytes.
     pub fn on_ack(&mut self, now: Instant, seq: u32, size: usize) {
         let Some(o) = self.outstanding else { return };
-        if o.seq != seq || o.size != size {
+        if seq.wrapping_sub(o.first_seq) >= u32::from(o.sent) || o.size != size {
             return; // a late answer to a probe already counted as lost
         }
         self.outstanding = None;
@@ -276,9 +299,9 @@ impl Pmtud {
         }
     }
 
-    fn on_lost(&mut self, now: Instant, size: usize) {
-        self.counters.probes_lost += 1;
-        self.lost_in_row += 1;
+    fn on_lost(&mut self, now: Instant, size: usize, probes: u8) {
+        self.counters.probes_lost += u64::from(probes);
+        self.lost_in_row = self.lost_in_row.saturating_add(probes);
         self.next_probe_at = Some(now);
         if self.lost_in_row < MAX_PROBES {
             return;

@@ -367,12 +367,13 @@ fn black_hole_is_found_tunnel_mtu_follows_and_tcp_flows() {
     let detected = wait_for(&t.nsa, &ifa, LONG, "black hole detected", |s| {
         s.black_holes >= 1
     });
+    let at_detection = seen(&t.nsa, &ifa).tunnel_mtu;
     let recovered = wait_for(&t.nsa, &ifa, LONG, "recovered below the limit", |s| {
         s.state == "complete" && s.mtu == INNER_LIMIT && s.tunnel_mtu == INNER_LIMIT
     });
     eprintln!(
         "[{test}] --mtu {LIMIT}: black hole detected {detected:?} after the change, \
-         {INNER_LIMIT} found and the TUN lowered {:?} after the change",
+         TUN MTU {at_detection} then, {INNER_LIMIT} found and the TUN at it {:?} after the change",
         swapped.elapsed()
     );
     let _ = recovered;

@@ -94,7 +94,7 @@ fn ipv6_line_of_1500_is_exactly_wireguards_default() {
     let (mut p, mut now) = started(max);
     Line::new(usize::MAX).until_complete(&mut p, &mut now);
     assert_eq!(p.plpmtu(), 1420);
-    assert_eq!(p.counters.probes_sent, 1);
+    assert!(p.counters.probes_sent <= MAX_PROBES as u64);
 }
 
 #[test]
@@ -126,14 +126,14 @@ fn nothing_above_the_minimum_settles_at_the_minimum() {
 fn a_size_counts_as_too_big_only_after_max_probes_losses() {
     let (mut p, mut now) = started(1440);
     let mut line = Line::new(1420);
-    // Base is acked, the ceiling is tried MAX_PROBES times before halving.
+    // Base is acked, the ceiling is tried MAX_PROBES times (one burst)
+    // before halving.
     let sent = line.run(&mut p, &mut now, Duration::from_millis(600));
-    assert_eq!(sent[0], 1420);
-    assert_eq!(
-        &sent[1..1 + MAX_PROBES as usize],
-        &[1440; MAX_PROBES as usize]
-    );
-    assert_eq!(sent[1 + MAX_PROBES as usize], 1430);
+    let mut sizes = sent.clone();
+    sizes.dedup();
+    assert_eq!(&sizes[..3], &[1420, 1440, 1430], "{sent:?}");
+    let ceiling_tries = sent.iter().filter(|&&s| s == 1440).count();
+    assert_eq!(ceiling_tries, MAX_PROBES as usize, "{sent:?}");
     // A lost probe never lowers what data carries.
     assert_eq!(p.plpmtu(), 1420);
 }
