@@ -107,12 +107,18 @@ fn relay(env: &TestEnv, t: &Topology, mtu: Option<u32>, log: &str) -> ChildGuard
 fn conf_a(t: &Topology, ka: &Keys, kb: &Keys, extra: &[&str], mtu: Option<u32>) -> IfaceConf {
     IfaceConf {
         private_key: ka.private.clone(),
-        address: vec![format!("198.19.{}.1/32", t.x)],
+        address: vec![
+            format!("198.19.{}.1/32", t.x),
+            format!("{}1/128", v6_tunnel(t)),
+        ],
         mtu,
         braid_lines: extra.iter().map(|s| s.to_string()).collect(),
         peers: vec![PeerConf {
             public_key: kb.public.clone(),
-            allowed_ips: vec![format!("198.19.{}.2/32", t.x)],
+            allowed_ips: vec![
+                format!("198.19.{}.2/32", t.x),
+                format!("{}2/128", v6_tunnel(t)),
+            ],
             endpoint: Some(format!("198.18.{}.2:{RELAY_PORT}", t.x)),
             keepalive: Some(25),
             ..Default::default()
@@ -125,7 +131,10 @@ fn conf_b(t: &Topology, kb: &Keys, ka: &Keys, extra: &[&str], mtu: Option<u32>) 
     IfaceConf {
         private_key: kb.private.clone(),
         listen_port: Some(B_PORT),
-        address: vec![format!("198.19.{}.2/32", t.x)],
+        address: vec![
+            format!("198.19.{}.2/32", t.x),
+            format!("{}2/128", v6_tunnel(t)),
+        ],
         mtu,
         braid_lines: extra.iter().map(|s| s.to_string()).collect(),
         peers: vec![PeerConf {
@@ -133,10 +142,21 @@ fn conf_b(t: &Topology, kb: &Keys, ka: &Keys, extra: &[&str], mtu: Option<u32>) 
             allowed_ips: vec![
                 format!("198.19.{}.1/32", t.x),
                 format!("198.19.{}.0/24", t.y),
+                format!("{}1/128", v6_tunnel(t)),
+                format!("{}0/64", v6_lan(t)),
             ],
             ..Default::default()
         }],
     }
+}
+
+/// Tunnel and LAN IPv6 prefixes of this run (append the host part).
+fn v6_tunnel(t: &Topology) -> String {
+    format!("2001:db8:1:{:x}::", t.x)
+}
+
+fn v6_lan(t: &Topology) -> String {
+    format!("2001:db8:2:{:x}::", t.x)
 }
 
 /// `braid mtu NAME --json`.
@@ -226,7 +246,11 @@ fn checked_transfer(
     let mut c = server.cmd("socat");
     c.args([
         "-u",
-        &format!("TCP-LISTEN:{port},bind={server_addr},reuseaddr"),
+        &if server_addr.contains(':') {
+            format!("TCP6-LISTEN:{port},bind=[{server_addr}],reuseaddr")
+        } else {
+            format!("TCP-LISTEN:{port},bind={server_addr},reuseaddr")
+        },
         &format!("CREATE:{}", dst.display()),
     ]);
     let mut srv = ChildGuard::spawn(c, "socat server", &env.path(&format!("{tag}.srv.log")));
@@ -248,7 +272,11 @@ fn checked_transfer(
         &[
             "-u",
             &format!("OPEN:{}", src.display()),
-            &format!("TCP:{server_addr}:{port},connect-timeout=5"),
+            &if server_addr.contains(':') {
+                format!("TCP6:[{server_addr}]:{port},connect-timeout=5")
+            } else {
+                format!("TCP:{server_addr}:{port},connect-timeout=5")
+            },
         ],
         Duration::from_secs(60),
     );
@@ -432,9 +460,19 @@ fn router_case(test: &str, lines: &[&str], mtu: Option<u32>, expect_answers: boo
     );
     nsh.ip(&["route", "add", "default", "via", &format!("198.19.{y}.1")])
         .expect_ok("LAN host default route");
+    let lan6 = v6_lan(&t);
     t.nsa
-        .run("sysctl", &["-qw", "net.ipv4.ip_forward=1"], SHORT)
-        .expect_ok("forwarding on A");
+        .ip(&["addr", "add", &format!("{lan6}1/64"), "dev", "vah", "nodad"])
+        .expect_ok("A's LAN IPv6 address");
+    nsh.ip(&["addr", "add", &format!("{lan6}2/64"), "dev", "vha", "nodad"])
+        .expect_ok("LAN host IPv6 address");
+    nsh.ip(&["-6", "route", "add", "default", "via", &format!("{lan6}1")])
+        .expect_ok("LAN host IPv6 default route");
+    for key in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
+        t.nsa
+            .run("sysctl", &["-qw", key], SHORT)
+            .expect_ok("forwarding on A");
+    }
     let (ka, kb) = (Keys::new(), Keys::new());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let _line = relay(&env, &t, Some(LIMIT), "netem-mtu.log");
@@ -467,12 +505,32 @@ fn router_case(test: &str, lines: &[&str], mtu: Option<u32>, expect_answers: boo
     let forget = || {
         for ns in [&nsh, &t.nsb] {
             ns.ip(&["route", "flush", "cache"]);
+            ns.ip(&["-6", "route", "flush", "cache"]);
         }
     };
+    let (th6, tb6) = (format!("{lan6}2"), format!("{}2", v6_tunnel(&t)));
+    assert!(
+        ping_until_reply(&nsh, &tb6, LONG),
+        "LAN host reaches B over IPv6"
+    );
+    let answers = || {
+        [(&t.nsa, &ifa), (&t.nsb, &ifb)]
+            .map(|(ns, i)| mtu_json(ns, i)["too_big_answered"].as_u64().unwrap_or(0))
+    };
+    let mut after_v4 = [0; 2];
     checked_transfer(&env, &t.nsb, &nsh, &th, "b-to-lan")
         .and_then(|()| {
             forget();
             checked_transfer(&env, &nsh, &t.nsb, &tb, "lan-to-b")
+        })
+        .and_then(|()| {
+            after_v4 = answers();
+            forget();
+            checked_transfer(&env, &t.nsb, &nsh, &th6, "b-to-lan-v6")
+        })
+        .and_then(|()| {
+            forget();
+            checked_transfer(&env, &nsh, &t.nsb, &tb6, "lan-to-b-v6")
         })
         .unwrap_or_else(|e| {
             let route = nsh.run("ip", &["route", "get", &tb], SHORT).stdout;
@@ -487,15 +545,19 @@ fn router_case(test: &str, lines: &[&str], mtu: Option<u32>, expect_answers: boo
                 diagnostics(&t, &ifa, &ifb)
             )
         });
-    for (side, ns, ifname) in [("A", &t.nsa, &ifa), ("B", &t.nsb, &ifb)] {
+    let total = answers();
+    for (k, (side, ns, ifname)) in [("A", &t.nsa, &ifa), ("B", &t.nsb, &ifb)]
+        .into_iter()
+        .enumerate()
+    {
         let v = mtu_json(ns, ifname);
-        let answers = v["too_big_answered"].as_u64().unwrap_or(0);
+        let (v4, v6) = (after_v4[k], total[k] - after_v4[k]);
         eprintln!(
-            "[{test}] {side}: tunnel MTU {}, too-big answers {answers}",
+            "[{test}] {side}: tunnel MTU {}, too-big answers {v4} over IPv4, {v6} over IPv6",
             v["tunnel_mtu"]
         );
         if expect_answers {
-            assert!(answers > 0, "{side} answered oversize packets: {v}");
+            assert!(v4 > 0 && v6 > 0, "{side} answered oversize packets: {v}");
         }
     }
 }
