@@ -1,7 +1,9 @@
 //! Path MTU discovery for one path without ICMP (RFC 8899, DPLPMTUD):
 //! authenticated probes padded to a target size travel between braid peers
-//! and are acknowledged; a size whose probes go unanswered several times in
-//! a row does not fit the path.
+//! and are acknowledged; a size whose `MAX_PROBES` probes all go unanswered
+//! does not fit the path. While searching, a size's probes go out as one
+//! burst (one per `poll`), so a single timeout decides; the size in use is
+//! confirmed with one probe at a time.
 //!
 //! Sizes here are *inner* MTUs: the largest IP packet the tunnel can carry
 //! over this path (a probe for size `m` is a datagram of `m + 32` bytes,
@@ -46,7 +48,8 @@ pub const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(1);
 pub const CONFIRM_INTERVAL: Duration = Duration::from_secs(1);
 /// After this long at a size below the ceiling, search upwards again (RFC
 /// 8899's PMTU_RAISE_TIMER; shorter than its 600 s because probes between
-/// braid peers cost a few datagrams, nothing else).
+/// braid peers cost a few datagrams, nothing else). The size that failed
+/// last is tried first: a limit that is still there costs one burst.
 pub const RAISE_INTERVAL: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +126,9 @@ pub struct Pmtud {
     lost_in_row: u8,
     next_probe_at: Option<Instant>,
     raise_at: Option<Instant>,
+    /// Searching up after the raise timer: the size that failed last is
+    /// tried first, so a limit that is still there costs one burst.
+    recheck_high: bool,
     next_seq: u32,
     pub counters: PmtuCounters,
 }
@@ -142,6 +148,7 @@ impl Pmtud {
             lost_in_row: 0,
             next_probe_at: None,
             raise_at: None,
+            recheck_high: false,
             next_seq: 0,
             counters: PmtuCounters::default(),
         }
@@ -245,7 +252,10 @@ impl Pmtud {
         if self.state == PmtuState::SearchComplete && self.raise_at.is_some_and(|t| now >= t) {
             self.raise_at = None;
             if self.low < self.max {
-                self.enter_search(now);
+                self.state = PmtuState::Search;
+                self.recheck_high = true;
+                self.lost_in_row = 0;
+                self.next_probe_at = Some(now);
             }
         }
         if self.next_probe_at.is_none_or(|t| now < t) {
@@ -278,6 +288,7 @@ impl Pmtud {
         }
         self.outstanding = None;
         self.lost_in_row = 0;
+        self.recheck_high = false;
         self.counters.probes_acked += 1;
         self.next_probe_at = Some(now);
         match self.state {
@@ -307,6 +318,7 @@ impl Pmtud {
             return;
         }
         self.lost_in_row = 0;
+        self.recheck_high = false;
         match self.state {
             PmtuState::Disabled => {}
             PmtuState::Base => {
@@ -360,6 +372,7 @@ impl Pmtud {
     fn enter_search(&mut self, now: Instant) {
         self.state = PmtuState::Search;
         self.high = self.max + 1;
+        self.recheck_high = false;
         self.lost_in_row = 0;
         self.next_probe_at = Some(now);
     }
@@ -369,6 +382,7 @@ impl Pmtud {
         match self.state {
             PmtuState::Base => BASE_PLPMTU.min(self.max),
             PmtuState::SearchComplete => self.plpmtu,
+            _ if self.recheck_high => self.high,
             // Nothing above `low` failed yet: try the ceiling first (a
             // clean line is done in one round trip), then halve the gap.
             _ if self.high > self.max => self.max,

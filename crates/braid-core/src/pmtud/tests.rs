@@ -251,3 +251,16 @@ fn probe_timeout_follows_rtt_within_bounds() {
     let t = probe_timeout(Some(Duration::from_micros(200)), Duration::ZERO);
     assert_eq!(t, PROBE_TIMEOUT_MIN);
 }
+
+#[test]
+fn a_limit_still_there_costs_one_burst_per_raise() {
+    let (mut p, mut now) = started(1440);
+    let mut line = Line::new(1340);
+    line.until_complete(&mut p, &mut now);
+    let lost = p.counters.probes_lost;
+    line.run(&mut p, &mut now, RAISE_INTERVAL + Duration::from_secs(2));
+    assert_eq!(p.plpmtu(), 1340);
+    assert_eq!(p.state(), PmtuState::SearchComplete);
+    assert_eq!(p.counters.probes_lost - lost, MAX_PROBES as u64);
+    assert_eq!(p.bounds(), (1340, Some(1341)));
+}
