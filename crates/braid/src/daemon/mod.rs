@@ -226,8 +226,10 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
             waker,
             mtu,
             mss_fix,
+            // Without a config file (`braid NAME`) whoever drives the UAPI
+            // (wg-quick) owns the MTU: it is never changed behind its back.
             pmtu::PathMtu::new(
-                req.config.as_ref().and_then(|c| c.interface.mtu),
+                req.config.as_ref().map_or(Some(mtu), |c| c.interface.mtu),
                 mtu,
                 BATCH,
             ),
