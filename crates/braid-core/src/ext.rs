@@ -12,6 +12,10 @@
 //! - `Probe { path, seq, sent_us, rx_probes }` and `Echo { … }`: RTT, loss
 //!   in both directions, liveness; `path` is the prober's path index,
 //!   `sent_us` its clock, echoed unchanged.
+//! - `PmtuProbe { path, seq, size }`: path MTU discovery (see `pmtud`); the
+//!   payload is zero-padded to `size` bytes so the datagram is exactly as
+//!   big as a data message carrying a `size`-byte packet. `PmtuAck` answers
+//!   it, small, with the same fields.
 
 pub const MAX_PAYLOAD: usize = 32;
 /// The nonce prefix that separates extension messages from data messages.
@@ -24,12 +28,57 @@ pub const HELLO_OFFERS_AES: u8 = 1;
 const KIND_HELLO: u8 = 1;
 const KIND_PROBE: u8 = 2;
 const KIND_ECHO: u8 = 3;
+const KIND_PMTU_PROBE: u8 = 4;
+const KIND_PMTU_ACK: u8 = 5;
+
+/// The largest padded payload (a PMTU probe for a jumbo-frame line).
+pub const MAX_PADDED_PAYLOAD: usize = 9216;
+/// A PMTU probe's or ack's fields: kind, path, seq, size.
+pub const PMTU_LEN: usize = 1 + 1 + 4 + 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtMessage {
     Hello { version: u8, path: u8, flags: u8 },
     Probe(ProbeBody),
     Echo(ProbeBody),
+    PmtuProbe(PmtuBody),
+    PmtuAck(PmtuBody),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PmtuBody {
+    /// The prober's path index.
+    pub path: u8,
+    pub seq: u32,
+    /// The inner size probed; a probe's payload is this long.
+    pub size: u16,
+}
+
+impl PmtuBody {
+    /// Writes a probe's payload (fields, then zeros up to `size`) into
+    /// `out`; returns its length, or `None` when `out` is too short.
+    pub fn encode_probe(&self, out: &mut [u8]) -> Option<usize> {
+        let len = (self.size as usize).max(PMTU_LEN);
+        let out = out.get_mut(..len)?;
+        self.write(KIND_PMTU_PROBE, out);
+        out[PMTU_LEN..].fill(0);
+        Some(len)
+    }
+
+    fn write(&self, kind: u8, out: &mut [u8]) {
+        out[0] = kind;
+        out[1] = self.path;
+        out[2..6].copy_from_slice(&self.seq.to_le_bytes());
+        out[6..8].copy_from_slice(&self.size.to_le_bytes());
+    }
+
+    fn read(payload: &[u8]) -> Option<PmtuBody> {
+        Some(PmtuBody {
+            path: payload[1],
+            seq: u32::from_le_bytes(payload[2..6].try_into().ok()?),
+            size: u16::from_le_bytes(payload[6..8].try_into().ok()?),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +117,16 @@ impl ExtMessage {
                 out[14..18].copy_from_slice(&b.rx_probes.to_le_bytes());
                 PROBE_LEN
             }
+            ExtMessage::PmtuProbe(b) | ExtMessage::PmtuAck(b) => {
+                let kind = if matches!(self, ExtMessage::PmtuProbe(_)) {
+                    KIND_PMTU_PROBE
+                } else {
+                    KIND_PMTU_ACK
+                };
+                // A probe encoded here is unpadded; see `encode_probe`.
+                b.write(kind, &mut out[..PMTU_LEN]);
+                PMTU_LEN
+            }
         }
     }
 
@@ -92,6 +151,13 @@ impl ExtMessage {
                     ExtMessage::Echo(body)
                 })
             }
+            // A probe's padding must be what it claims, so a probe cut
+            // short on the way is no answer for its size.
+            (&KIND_PMTU_PROBE, n) if n >= PMTU_LEN => {
+                let b = PmtuBody::read(payload)?;
+                (n == (b.size as usize).max(PMTU_LEN)).then_some(ExtMessage::PmtuProbe(b))
+            }
+            (&KIND_PMTU_ACK, PMTU_LEN) => Some(ExtMessage::PmtuAck(PmtuBody::read(payload)?)),
             _ => None,
         }
     }
@@ -130,6 +196,36 @@ mod tests {
             assert_eq!(ExtMessage::decode(&buf[..n + 1]), None);
         }
         assert_eq!(ExtMessage::decode(&[]), None);
+        let ack = ExtMessage::PmtuAck(PmtuBody {
+            path: 2,
+            seq: 9,
+            size: 1440,
+        });
+        let mut buf = [0u8; MAX_PAYLOAD];
+        let n = ack.encode(&mut buf);
+        assert_eq!(ExtMessage::decode(&buf[..n]), Some(ack));
+        assert_eq!(ExtMessage::decode(&buf[..n + 1]), None);
         assert_eq!(ExtMessage::decode(&[9, 0, 0]), None);
+    }
+
+    #[test]
+    fn pmtu_probe_is_padded_to_its_size() {
+        let body = PmtuBody {
+            path: 1,
+            seq: 42,
+            size: 1400,
+        };
+        let mut buf = vec![0xffu8; MAX_PADDED_PAYLOAD];
+        let n = body.encode_probe(&mut buf).unwrap();
+        assert_eq!(n, 1400);
+        assert!(buf[PMTU_LEN..n].iter().all(|&b| b == 0));
+        assert_eq!(
+            ExtMessage::decode(&buf[..n]),
+            Some(ExtMessage::PmtuProbe(body))
+        );
+        // Cut short or grown, it is no probe of that size.
+        assert_eq!(ExtMessage::decode(&buf[..n - 1]), None);
+        assert_eq!(ExtMessage::decode(&buf[..n + 1]), None);
+        assert_eq!(body.encode_probe(&mut buf[..1399]), None);
     }
 }

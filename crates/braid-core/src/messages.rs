@@ -81,7 +81,9 @@ pub fn classify(datagram: &[u8]) -> Option<Kind> {
         (TYPE_RESPONSE, RESPONSE_LEN) => Some(Kind::Response),
         (TYPE_COOKIE_REPLY, COOKIE_REPLY_LEN) => Some(Kind::CookieReply),
         (TYPE_DATA | TYPE_DATA_AES, n) if n >= DATA_MIN_LEN => Some(Kind::Data),
-        (TYPE_BRAID, n) if n > DATA_MIN_LEN && n <= DATA_MIN_LEN + crate::ext::MAX_PAYLOAD => {
+        (TYPE_BRAID, n)
+            if n > DATA_MIN_LEN && n <= DATA_MIN_LEN + crate::ext::MAX_PADDED_PAYLOAD =>
+        {
             Some(Kind::Braid)
         }
         _ => None,

@@ -97,6 +97,8 @@ pub struct Path {
     /// Aggregate mode: this path's share, recomputed only when a probe or
     /// an echo changes what it depends on (not per packet).
     weight: f64,
+    /// Path MTU discovery on this path (braid peers only).
+    pub pmtu: crate::pmtud::Pmtud,
 }
 
 impl Path {
@@ -120,6 +122,7 @@ impl Path {
             echo_bits: 0,
             deficit: 0,
             weight: 1.0,
+            pmtu: crate::pmtud::Pmtud::new(crate::pmtud::max_for_link(1500, remote.is_ipv6())),
         }
     }
 

@@ -147,6 +147,13 @@ impl Keypair {
     /// Seals an extension payload into `out` as a complete `TYPE_BRAID`
     /// message; returns its length.
     pub fn seal_ext(&mut self, payload: &[u8], out: &mut [u8]) -> usize {
+        out[DATA_HEADER_LEN..DATA_HEADER_LEN + payload.len()].copy_from_slice(payload);
+        self.seal_ext_in_place(out, payload.len())
+    }
+
+    /// `seal_ext` for a payload already at `DATA_HEADER_LEN` in `out` (a
+    /// padded PMTU probe is built where it is sent from).
+    pub fn seal_ext_in_place(&mut self, out: &mut [u8], payload_len: usize) -> usize {
         let counter = self.ext_send_counter;
         self.ext_send_counter += 1;
         messages::write_header(out, messages::TYPE_BRAID);
@@ -154,8 +161,7 @@ impl Keypair {
             .copy_from_slice(&self.remote_index.to_le_bytes());
         out[messages::data::COUNTER..messages::data::COUNTER + 8]
             .copy_from_slice(&counter.to_le_bytes());
-        let end = DATA_HEADER_LEN + payload.len();
-        out[DATA_HEADER_LEN..end].copy_from_slice(payload);
+        let end = DATA_HEADER_LEN + payload_len;
         let tag = self
             .keys
             .chacha()

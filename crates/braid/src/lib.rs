@@ -9,6 +9,7 @@ pub mod demo;
 pub mod doctor;
 pub mod keys;
 pub mod lab;
+pub mod mtu_show;
 pub mod netem;
 pub mod show;
 pub mod uapi;

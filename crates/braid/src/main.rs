@@ -53,6 +53,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Path MTU per path of a running interface: what each line carries,
+    /// the discovery's state and bounds.
+    Mtu {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a new private key (base64).
     Genkey,
     /// Read a private key on stdin, print its public key.
@@ -132,6 +139,7 @@ fn main() -> ExitCode {
         ),
         Command::Down { name } => down(&name),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
+        Command::Mtu { name, json } => mtu_cmd(&name, json),
         Command::Doctor { name, json } => {
             return if braid::doctor::run(name.as_deref(), json) {
                 ExitCode::SUCCESS
@@ -302,6 +310,16 @@ fn peer_pid(stream: &std::os::unix::net::UnixStream) -> Option<i32> {
         )
     };
     (rc == 0 && cred.pid > 0).then_some(cred.pid)
+}
+
+fn mtu_cmd(name: &str, json: bool) -> Result<(), String> {
+    let snap = uapi::query_braid(control::socket_path(name)).map_err(|e| format!("{name}: {e}"))?;
+    if json {
+        println!("{}", braid::mtu_show::render_json(name, &snap));
+    } else {
+        print!("{}", braid::mtu_show::render_text(name, &snap));
+    }
+    Ok(())
 }
 
 fn show_cmd(name: Option<&str>, json: bool) -> Result<(), String> {

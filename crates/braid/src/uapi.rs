@@ -195,9 +195,33 @@ pub struct PathSnapshot {
     pub loss: f64,
     pub loss_out: f64,
     pub loss_in: f64,
+    /// Path MTU discovery on this line (`None`: not running, e.g. a stock
+    /// WireGuard peer).
+    #[serde(default)]
+    pub pmtu: Option<PmtuSnapshot>,
 }
 
 impl Eq for PathSnapshot {}
+
+/// What path MTU discovery found on one line (sizes are tunnel MTUs: the
+/// inner packet the line carries).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PmtuSnapshot {
+    /// `base`, `search`, `complete`, `error` (even the base did not fit).
+    pub state: String,
+    /// What data may use now.
+    pub mtu: usize,
+    /// The search's ceiling, from the local line's MTU.
+    pub max: usize,
+    /// Largest size confirmed, smallest size that failed.
+    pub fits: usize,
+    pub too_big: Option<usize>,
+    /// The size a probe is out for now.
+    pub probing: Option<usize>,
+    pub probes_sent: u64,
+    pub probes_lost: u64,
+    pub black_holes: u64,
+}
 
 impl PeerSnapshot {
     pub fn new(public_key: PublicKey) -> Self {

@@ -15,10 +15,12 @@
 mod handshake;
 mod jobs;
 mod multipath;
+mod pmtu;
 mod receive;
 mod send;
 
 pub use jobs::CryptoJobs;
+pub use pmtu::PathRoute;
 
 use crate::allowed_ips::{AllowedIps, InvalidPrefix};
 use crate::batch::PacketBatch;
@@ -115,6 +117,10 @@ pub struct Device {
     wall_base: SystemTime,
     mtu: usize,
     control: VecDeque<Control>,
+    /// Padded path MTU probes waiting to be sent (too big for `control`).
+    pmtu_probes: VecDeque<pmtu::QueuedProbe>,
+    /// Padding never grows a packet beyond what the paths carry.
+    padding_cap: usize,
     /// Peers with staged packets that may now be sendable.
     pending_flush: Vec<PeerId>,
     /// Peers whose reorder window has packets ready for the TUN.
@@ -157,6 +163,8 @@ impl Device {
             wall_base: wall,
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
+            pmtu_probes: VecDeque::new(),
+            padding_cap: usize::MAX,
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
             handshake_window: (now, 0),

@@ -64,7 +64,7 @@ impl Device {
     }
 
     /// Seals `msg` with the current session and queues it on (line, remote).
-    fn queue_ext(
+    pub(super) fn queue_ext(
         &mut self,
         now: Instant,
         pid: PeerId,
@@ -136,6 +136,9 @@ impl Device {
                 };
                 self.queue_ext(now, pid, line, remote, ExtMessage::Probe(body));
             }
+        }
+        if braid {
+            self.probe_path_mtu(now, pid);
         }
         let p = self.peers[pid].as_mut().expect("checked above");
         for path in &mut p.paths {
@@ -216,6 +219,9 @@ impl Device {
                 if let Some(path) = p.paths.get_mut(b.path as usize) {
                     path.on_echo(now, b.seq, sent, b.rx_probes);
                 }
+            }
+            ExtMessage::PmtuProbe(_) | ExtMessage::PmtuAck(_) => {
+                self.receive_pmtu(now, pid, line, src, msg);
             }
         }
         let p = self.peers[pid].as_mut().expect("checked above");

@@ -62,7 +62,7 @@ impl Device {
                 batch.consume(i);
                 continue;
             };
-            let mtu = self.mtu;
+            let mtu = self.padding_mtu();
             let p = self.peers[pid].as_mut().expect("routed peer exists");
             let sendable = p.staged.is_empty()
                 && !p.paths.is_empty()
@@ -151,7 +151,7 @@ impl Device {
 
     /// Whether `poll_transmit` has anything to send.
     pub fn has_pending_transmit(&self) -> bool {
-        !self.control.is_empty() || !self.pending_flush.is_empty()
+        !self.control.is_empty() || !self.pending_flush.is_empty() || self.has_pmtu_probes()
     }
 
     /// Fills `out` with what waits to be sent: control messages first, then
@@ -168,7 +168,8 @@ impl Device {
             });
             out.set_line(out.len() - 1, c.line);
         }
-        let mtu = self.mtu;
+        self.transmit_pmtu_probes(now, out);
+        let mtu = self.padding_mtu();
         while let Some(&pid) = self.pending_flush.last() {
             let Some(p) = self.peers[pid].as_mut() else {
                 self.pending_flush.pop();
@@ -211,7 +212,7 @@ impl Device {
             }
             self.pending_flush.pop();
         }
-        !self.control.is_empty()
+        !self.control.is_empty() || self.has_pmtu_probes()
     }
 }
 

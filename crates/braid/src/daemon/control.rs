@@ -171,6 +171,7 @@ fn path_snapshot(path: &braid_core::path::Path) -> crate::uapi::PathSnapshot {
         loss: path.loss(),
         loss_out: path.forward_loss(),
         loss_in: path.reverse_loss(),
+        pmtu: super::pmtu::snapshot(&path.pmtu),
     }
 }
 

@@ -43,6 +43,8 @@ pub struct Shared {
     /// The interface MTU as last read, for `MssFix = auto`; the data-plane
     /// threads read it per batch without taking the device lock.
     tunnel_mtu: AtomicU32,
+    /// Path MTU: the TUN MTU that follows the paths, too-big answers.
+    pub path_mtu: super::pmtu::PathMtu,
 }
 
 impl Shared {
@@ -53,6 +55,7 @@ impl Shared {
         waker: Arc<Waker>,
         mtu: u32,
         mss_fix: MssFix,
+        path_mtu: super::pmtu::PathMtu,
     ) -> Shared {
         Shared {
             device: Mutex::new(device),
@@ -64,6 +67,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             mss_fix,
             tunnel_mtu: AtomicU32::new(mtu),
+            path_mtu,
         }
     }
 
@@ -71,6 +75,11 @@ impl Shared {
     pub fn set_mtu(&self, mtu: u32) {
         self.device().set_mtu(mtu as usize);
         self.tunnel_mtu.store(mtu, Ordering::Relaxed);
+    }
+
+    /// The interface MTU as last set or read.
+    pub fn tunnel_mtu(&self) -> u32 {
+        self.tunnel_mtu.load(Ordering::Relaxed)
     }
 
     /// Lowers the MSS of TCP SYNs in `batch` (read from or bound for the
@@ -169,6 +178,7 @@ pub fn run_outbound(
                     break;
                 }
                 shared.clamp_mss(&mut batch);
+                shared.path_mtu.answer_oversize(&shared.tun, &mut batch)?;
                 let now = Instant::now();
                 let (pending, deadline) = {
                     let mut device = shared.device();

@@ -50,6 +50,11 @@ impl Lines {
         Ok((self.sockets.len() - 1) as u16)
     }
 
+    /// What line `line` is bound to (`None`: the main line, or no such line).
+    pub fn bind(&self, line: u16) -> Option<&Bind> {
+        self.binds.get(line as usize).and_then(Option::as_ref)
+    }
+
     pub fn main(&self) -> &UdpSocket {
         &self.sockets[0]
     }

@@ -16,6 +16,7 @@ pub mod control;
 pub mod dataplane;
 pub mod guardian;
 pub mod lines;
+pub mod pmtu;
 pub mod privilege;
 pub mod routes;
 
@@ -273,7 +274,21 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         .map_or(MssFix::default(), |c| c.interface.mss_fix);
     let daemon = Daemon {
         name: name.clone(),
-        shared: Arc::new(Shared::new(device, tun, lines, waker, mtu, mss_fix)),
+        shared: Arc::new(Shared::new(
+            device,
+            tun,
+            lines,
+            waker,
+            mtu,
+            mss_fix,
+            // Without a config file (`braid NAME`) whoever drives the UAPI
+            // (wg-quick) owns the MTU: it is never changed behind its back.
+            pmtu::PathMtu::new(
+                req.config.as_ref().map_or(Some(mtu), |c| c.interface.mtu),
+                mtu,
+                BATCH,
+            ),
+        )),
         state,
         requests,
         udp_batch: PacketBatch::new(BATCH, SLOT_BYTES),
@@ -402,6 +417,7 @@ impl Daemon {
             }
             let now = Instant::now();
             self.shared.device().handle_timeout(now);
+            pmtu::follow(&self.shared, &self.name);
             self.write_released()?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
             if now >= next_housekeeping {
@@ -413,6 +429,7 @@ impl Daemon {
                 if let Ok(mtu) = netcfg::link_mtu(&self.name) {
                     self.shared.set_mtu(mtu);
                 }
+                pmtu::refresh_ceilings(&self.shared, now);
             }
         }
         Ok(())
@@ -489,6 +506,9 @@ impl Daemon {
             ("tun_offload", self.shared.tun.offload_enabled().into()),
             ("udp_gso", all_sockets(UdpSocket::gso_enabled)),
             ("udp_gro", all_sockets(UdpSocket::gro_enabled)),
+            ("tunnel_mtu", self.shared.tunnel_mtu().into()),
+            ("too_big_answered", self.shared.path_mtu.answer_counts().0),
+            ("too_big_suppressed", self.shared.path_mtu.answer_counts().1),
         ];
         control::snapshot(&self.shared.device(), &self.state, &io)
     }

@@ -1,0 +1,188 @@
+//! Path MTU discovery between braid peers: each path's `Pmtud` decides what
+//! to probe; this sends its padded probes (built straight into the output
+//! batch, so a 9 KB probe costs no allocation), answers the peer's and
+//! tells the I/O layer what the tunnel MTU may be.
+
+use super::Device;
+use crate::batch::PacketBatch;
+use crate::ext::{ExtMessage, PmtuBody, MAX_PADDED_PAYLOAD};
+use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
+use crate::peer::PeerId;
+use crate::pmtud::{self, max_for_link};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+/// Probes waiting for `poll_transmit` (at most one per path is out at a
+/// time, so this only overflows with hundreds of peers).
+const MAX_QUEUED_PROBES: usize = 256;
+
+pub(super) struct QueuedProbe {
+    pid: PeerId,
+    line: u16,
+    remote: SocketAddr,
+    body: PmtuBody,
+}
+
+/// A path as the I/O layer needs it to look up its line's MTU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathRoute {
+    pub pid: PeerId,
+    pub path: usize,
+    pub line: u16,
+    pub remote: SocketAddr,
+}
+
+impl Device {
+    /// Runs on the path-probe timer of a braid peer: lets each path's
+    /// discovery expire late probes and queue the next one.
+    pub(super) fn probe_path_mtu(&mut self, now: Instant, pid: PeerId) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        for (i, path) in p.paths.iter_mut().enumerate() {
+            path.pmtu.start(now);
+            let timeout = pmtud::probe_timeout(path.srtt, path.rttvar);
+            let Some(req) = path.pmtu.poll(now, path.is_up(), timeout) else {
+                continue;
+            };
+            if self.pmtu_probes.len() >= MAX_QUEUED_PROBES {
+                self.counters.control_queue_full += 1;
+                continue;
+            }
+            self.pmtu_probes.push_back(QueuedProbe {
+                pid,
+                line: path.line,
+                remote: path.remote,
+                body: PmtuBody {
+                    path: i as u8,
+                    seq: req.seq,
+                    size: req.size.min(MAX_PADDED_PAYLOAD) as u16,
+                },
+            });
+        }
+    }
+
+    /// A PMTU probe or ack arrived from `src` on `line` (authenticated).
+    pub(super) fn receive_pmtu(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        line: u16,
+        src: SocketAddr,
+        msg: ExtMessage,
+    ) {
+        match msg {
+            ExtMessage::PmtuProbe(b) => self.queue_ext(now, pid, line, src, ExtMessage::PmtuAck(b)),
+            ExtMessage::PmtuAck(b) => {
+                let Some(p) = self.peers[pid].as_mut() else {
+                    return;
+                };
+                if let Some(path) = p.paths.get_mut(b.path as usize) {
+                    path.pmtu.on_ack(now, b.seq, b.size as usize);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn has_pmtu_probes(&self) -> bool {
+        !self.pmtu_probes.is_empty()
+    }
+
+    /// Seals queued probes into `out`, each padded to its size.
+    pub(super) fn transmit_pmtu_probes(&mut self, now: Instant, out: &mut PacketBatch) {
+        while !out.is_full() {
+            let Some(q) = self.pmtu_probes.pop_front() else {
+                return;
+            };
+            let Some(kp) = self.peers[q.pid]
+                .as_mut()
+                .and_then(|p| p.keypairs.current.as_mut())
+                .filter(|k| k.is_valid(now))
+            else {
+                continue;
+            };
+            if out.stride() < DATA_MIN_LEN + q.body.size as usize {
+                continue; // the I/O layer's slots cannot hold it: never fits
+            }
+            out.push_with(0, q.remote, |b| {
+                match q.body.encode_probe(&mut b[DATA_HEADER_LEN..]) {
+                    Some(n) => kp.seal_ext_in_place(b, n),
+                    None => 0,
+                }
+            });
+            out.set_line(out.len() - 1, q.line);
+        }
+    }
+
+    /// Every path with its line, so the I/O layer can tell each path's
+    /// discovery the MTU of the line it leaves on.
+    pub fn path_routes(&self) -> Vec<PathRoute> {
+        let mut v = Vec::new();
+        for pid in self.peer_ids() {
+            let p = self.peers[pid].as_ref().expect("listed peer");
+            for (i, path) in p.paths.iter().enumerate() {
+                v.push(PathRoute {
+                    pid,
+                    path: i,
+                    line: path.line,
+                    remote: path.remote,
+                });
+            }
+        }
+        v
+    }
+
+    /// The local line of a path has MTU `link_mtu`: the ceiling of its search.
+    pub fn set_path_link_mtu(&mut self, now: Instant, route: PathRoute, link_mtu: usize) {
+        let Some(path) = self.peers[route.pid]
+            .as_mut()
+            .and_then(|p| p.paths.get_mut(route.path))
+            .filter(|path| path.remote == route.remote)
+        else {
+            return;
+        };
+        path.pmtu
+            .set_max(now, max_for_link(link_mtu, route.remote.is_ipv6()));
+    }
+
+    /// Caps WireGuard's padding at `mtu` (the path MTU target): a packet
+    /// that fits the path must not be padded past it, which the interface
+    /// MTU alone would allow when it is fixed above the path MTU.
+    pub fn set_padding_cap(&mut self, mtu: usize) {
+        self.padding_cap = mtu;
+    }
+
+    pub(super) fn padding_mtu(&self) -> usize {
+        self.mtu.min(self.padding_cap)
+    }
+
+    /// The tunnel MTU every peer can take now: for a braid peer the smallest
+    /// discovered size over its live paths (over all of them when none is
+    /// live), for a stock WireGuard peer with
+    /// a session `default` (nothing is discovered there). `default` when
+    /// no peer says anything.
+    pub fn path_mtu_target(&self, default: usize) -> usize {
+        let mut target: Option<usize> = None;
+        for p in self.peers.iter().flatten() {
+            let peer_mtu = if p.speaks_braid {
+                // With every path down, what they carried last still holds
+                // (no flapping back to the default while a line is cut).
+                let any_up = p.paths.iter().any(|path| path.is_up());
+                p.paths
+                    .iter()
+                    .filter(|path| path.is_up() || !any_up)
+                    .map(|path| path.pmtu.plpmtu())
+                    .min()
+            } else if p.keypairs.current.is_some() {
+                Some(default)
+            } else {
+                None
+            };
+            if let Some(m) = peer_mtu {
+                target = Some(target.map_or(m, |t| t.min(m)));
+            }
+        }
+        target.unwrap_or(default)
+    }
+}

@@ -1,0 +1,256 @@
+//! The daemon's side of path MTU discovery (the search itself is
+//! `braid_core::pmtud`, run by the device):
+//!
+//! - each path's search is capped by the MTU of the local line it leaves
+//!   on, looked up from the routing table now and then;
+//! - the TUN MTU follows the smallest size the live paths carry (unless
+//!   the config fixes `MTU =`), and with it `MssFix = auto`;
+//! - an inner packet bigger than that is answered with ICMP "fragmentation
+//!   needed" / ICMPv6 "packet too big" written back to the TUN, at a
+//!   bounded rate, instead of vanishing.
+
+use super::dataplane::Shared;
+use crate::config::Bind;
+use braid_core::batch::{PacketBatch, HEADROOM};
+use braid_core::icmp;
+use braid_io::{netcfg, Tun};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often each path's line MTU is looked up again.
+const CEILING_REFRESH: Duration = Duration::from_secs(5);
+/// Too-big answers: a burst of this many, refilled at `ANSWERS_PER_SECOND`
+/// (a sender needs one to adapt; a flood of oversize packets must not turn
+/// into a flood of answers).
+const ANSWER_BURST: f64 = 20.0;
+const ANSWERS_PER_SECOND: f64 = 100.0;
+/// Answers per batch slot: room for the largest (an ICMPv6 of 1280 bytes).
+const ANSWER_SLOT: usize = 1280 + HEADROOM + 64;
+
+pub struct PathMtu {
+    /// The config fixes no `MTU =`: the TUN MTU follows the paths.
+    auto: bool,
+    /// The MTU used when no path says anything: the configured or default one.
+    default: u32,
+    /// Inner packets longer than this are answered as too big (0: no limit
+    /// known yet). Read per batch by the outbound thread.
+    limit: AtomicU32,
+    /// The TUN MTU this module set last.
+    applied: AtomicU32,
+    next_refresh: Mutex<Option<Instant>>,
+    answers: Mutex<Answers>,
+}
+
+struct Answers {
+    batch: PacketBatch,
+    tokens: f64,
+    refilled: Instant,
+    sent: u64,
+    suppressed: u64,
+}
+
+impl PathMtu {
+    /// `configured`: the config's `MTU =`, if any; `mtu` what the TUN has.
+    pub fn new(configured: Option<u32>, mtu: u32, batch: usize) -> PathMtu {
+        PathMtu {
+            auto: configured.is_none(),
+            default: mtu,
+            limit: AtomicU32::new(0),
+            applied: AtomicU32::new(mtu),
+            next_refresh: Mutex::new(None),
+            answers: Mutex::new(Answers {
+                batch: PacketBatch::new(batch, ANSWER_SLOT),
+                tokens: ANSWER_BURST,
+                refilled: Instant::now(),
+                sent: 0,
+                suppressed: 0,
+            }),
+        }
+    }
+
+    /// (answers sent, answers suppressed by the rate limit).
+    pub fn answer_counts(&self) -> (u64, u64) {
+        let a = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        (a.sent, a.suppressed)
+    }
+
+    /// Consumes every packet of `batch` (read from the TUN) that is longer
+    /// than the paths carry, answering its sender through the TUN.
+    pub fn answer_oversize(&self, tun: &Tun, batch: &mut PacketBatch) -> std::io::Result<()> {
+        let limit = self.limit.load(Ordering::Relaxed) as usize;
+        if limit == 0 || (0..batch.len()).all(|i| batch.packet(i).len() <= limit) {
+            return Ok(());
+        }
+        let mut a = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        let a = &mut *a;
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(a.refilled).as_secs_f64();
+        a.tokens = (a.tokens + elapsed * ANSWERS_PER_SECOND).min(ANSWER_BURST);
+        a.refilled = now;
+        a.batch.clear();
+        for i in 0..batch.len() {
+            let packet = batch.packet(i);
+            if packet.len() <= limit {
+                continue;
+            }
+            if a.tokens >= 1.0 && !a.batch.is_full() {
+                let mut written = false;
+                a.batch
+                    .push_with(HEADROOM, SocketAddr::from(([0, 0, 0, 0], 0)), |out| {
+                        let n = icmp::packet_too_big(packet, limit, out).unwrap_or(0);
+                        written = n > 0;
+                        n
+                    });
+                if written {
+                    a.tokens -= 1.0;
+                    a.sent += 1;
+                }
+            } else {
+                a.suppressed += 1;
+            }
+            batch.consume(i);
+        }
+        if !a.batch.is_empty() {
+            tun.write_batch(&a.batch)?;
+        }
+        Ok(())
+    }
+}
+
+/// Brings the too-big limit and (in auto mode) the TUN MTU in line with
+/// what the paths carry now. Cheap; the main thread calls it after timers.
+pub fn follow(shared: &Shared, name: &str) {
+    let pm = &shared.path_mtu;
+    let target = {
+        let mut device = shared.device();
+        let target = device.path_mtu_target(pm.default as usize);
+        device.set_padding_cap(target);
+        target as u32
+    };
+    let target = target.min(super::MAX_MTU);
+    pm.limit.store(target, Ordering::Relaxed);
+    if !pm.auto || pm.applied.load(Ordering::Relaxed) == target {
+        return;
+    }
+    match netcfg::link_set_mtu(name, target) {
+        Ok(()) => {
+            let was = pm.applied.swap(target, Ordering::Relaxed);
+            shared.set_mtu(target);
+            eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}");
+        }
+        Err(e) => eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}"),
+    }
+}
+
+/// Tells each path's search how big its local line allows (every few
+/// seconds; at once on the first call).
+pub fn refresh_ceilings(shared: &Shared, now: Instant) {
+    {
+        let mut next = shared
+            .path_mtu
+            .next_refresh
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if next.is_some_and(|t| now < t) {
+            return;
+        }
+        *next = Some(now + CEILING_REFRESH);
+    }
+    let routes = shared.device().path_routes();
+    for route in routes {
+        let bind = shared.lines().bind(route.line).cloned();
+        if let Some(mtu) = line_mtu(bind.as_ref(), route.remote) {
+            shared.device().set_path_link_mtu(now, route, mtu);
+        }
+    }
+}
+
+/// The MTU of the route to `remote` from a line (as the kernel would send
+/// a datagram of that line): a throwaway UDP socket, bound like the line
+/// and connected, asked for `IP_MTU`. Connecting sends nothing.
+fn line_mtu(bind: Option<&Bind>, remote: SocketAddr) -> Option<usize> {
+    let local_any = if remote.is_ipv6() {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    let local = match bind {
+        Some(Bind::Address(a)) if a.is_ipv6() == remote.is_ipv6() => *a,
+        _ => local_any,
+    };
+    let socket = std::net::UdpSocket::bind(SocketAddr::new(local, 0)).ok()?;
+    let device = match bind {
+        Some(Bind::Interface(dev)) => Some(dev.clone()),
+        Some(Bind::Address(a)) => netcfg::interface_with_address(*a),
+        None => None,
+    };
+    if let Some(dev) = device {
+        // SAFETY: setsockopt on a socket we own, with a buffer of the given
+        // length that outlives the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_BINDTODEVICE,
+                dev.as_ptr().cast(),
+                dev.len() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return None;
+        }
+    }
+    socket.connect(remote).ok()?;
+    let (level, name) = if remote.is_ipv6() {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `mtu`, which lives
+    // on this stack frame for the whole call.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&mut mtu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && mtu > 0).then_some(mtu as usize)
+}
+
+/// One path's discovery as `braid mtu` shows it (`None` while not running).
+pub fn snapshot(p: &braid_core::pmtud::Pmtud) -> Option<crate::uapi::PmtuSnapshot> {
+    if p.state() == braid_core::pmtud::PmtuState::Disabled {
+        return None;
+    }
+    let (fits, too_big) = p.bounds();
+    Some(crate::uapi::PmtuSnapshot {
+        state: p.state().name().to_string(),
+        mtu: p.plpmtu(),
+        max: p.max(),
+        fits,
+        too_big,
+        probing: p.probing(),
+        probes_sent: p.counters.probes_sent,
+        probes_lost: p.counters.probes_lost,
+        black_holes: p.counters.black_holes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_route_mtu_is_found() {
+        let mtu = line_mtu(None, "127.0.0.1:9".parse().unwrap()).expect("route to loopback");
+        assert!(mtu >= 1280, "{mtu}");
+    }
+}
