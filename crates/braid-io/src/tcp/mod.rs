@@ -589,3 +589,6 @@ impl AsRawFd for TcpLine {
         self.epoll.as_raw_fd()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -158,19 +158,31 @@ pub fn setsockopt_int(
     .map(drop)
 }
 
+/// How long sent data may stay unacknowledged, or an idle connection
+/// unanswered, before the kernel gives the connection up: a path that went
+/// silent then gets a fresh connection instead of retransmissions for the
+/// quarter of an hour TCP would otherwise keep trying.
+pub const DEAD_AFTER: Duration = Duration::from_secs(15);
+
 /// The options every braid TCP connection gets: no Nagle delay (each
 /// frame is a packet someone waits for), a bounded amount of not-yet-sent
 /// data in the kernel (so the queue stays short and a full one shows as
-/// EAGAIN), and the interface's fwmark (so a full tunnel does not route
-/// its own transport into itself).
+/// EAGAIN), a dead peer noticed within [`DEAD_AFTER`] (TCP_USER_TIMEOUT,
+/// keepalive probes while idle), and the interface's fwmark (so a full
+/// tunnel does not route its own transport into itself).
 pub fn tune_stream(fd: RawFd, notsent_lowat: usize, fwmark: u32) -> io::Result<()> {
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)?;
-    setsockopt_int(
-        fd,
-        libc::IPPROTO_TCP,
-        libc::TCP_NOTSENT_LOWAT,
-        notsent_lowat as libc::c_int,
+    let tcp = |name, value: libc::c_int| setsockopt_int(fd, libc::IPPROTO_TCP, name, value);
+    tcp(libc::TCP_NODELAY, 1)?;
+    tcp(libc::TCP_NOTSENT_LOWAT, notsent_lowat as libc::c_int)?;
+    tcp(
+        libc::TCP_USER_TIMEOUT,
+        DEAD_AFTER.as_millis() as libc::c_int,
     )?;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    let probe_every = DEAD_AFTER.as_secs() as libc::c_int / 3;
+    tcp(libc::TCP_KEEPIDLE, probe_every)?;
+    tcp(libc::TCP_KEEPINTVL, probe_every)?;
+    tcp(libc::TCP_KEEPCNT, 2)?;
     set_mark(fd, fwmark)
 }
 
