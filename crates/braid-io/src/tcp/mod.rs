@@ -21,20 +21,21 @@
 //! so the tunnel's own congestion control sees loss instead of a queue
 //! seconds deep (`TCP_NOTSENT_LOWAT` keeps the kernel's share short too).
 
+mod connection;
 mod frames;
 mod sys;
 
-use std::io::{self, Read};
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use braid_core::batch::PacketBatch;
 
+use connection::Connection;
 pub use frames::{FrameError, MAX_FRAME, PREFIX};
-use frames::{RxBuffer, TxBacklog};
 use sys::{Epoll, Timer, LISTENER, TIMER};
 
 /// Receive buffer per connection: a read takes up to this much at once.
@@ -50,8 +51,6 @@ const MAX_CONNECTIONS: usize = 64;
 /// First and longest wait before a connecting line tries again.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// Most iovecs one sendmsg takes (IOV_MAX on Linux).
-const IOV_MAX: usize = 1024;
 /// Readiness events taken per receive call.
 const EVENTS: usize = 64;
 
@@ -68,49 +67,40 @@ enum Role {
     },
 }
 
-struct Connection {
-    token: u64,
-    stream: TcpStream,
-    /// The address datagrams from it are tagged with and replies go to.
-    remote: SocketAddr,
-    established: bool,
-    /// Epoll also reports when it turns writable (a backlog waits).
-    watching_writable: bool,
-    /// Epoll said there is something to read (or an error to collect).
-    readable: bool,
-    broken: bool,
-    last_frame: Instant,
-    rx: RxBuffer,
-    tx: TxBacklog,
-}
-
-/// Scratch that lives as long as the line so no call allocates.
-struct State {
-    connections: Vec<Connection>,
+/// The connections and what changes them; held only briefly, never
+/// across a read or a write of data.
+struct Table {
+    connections: Vec<Arc<Connection>>,
     next_token: u64,
     backoff: Duration,
     events: Vec<libc::epoll_event>,
-    slots: Vec<usize>,
-    prefixes: Vec<[u8; PREFIX]>,
-    iov: Vec<libc::iovec>,
 }
 
-// SAFETY: the iovecs in `State` are only meaningful during one send call,
-// which holds the state's mutex; between calls their pointers are stale and
-// never dereferenced.
-unsafe impl Send for State {}
+/// Per-direction scratch, so neither direction allocates per call.
+#[derive(Default)]
+struct Scratch {
+    connections: Vec<Arc<Connection>>,
+    slots: Vec<usize>,
+}
 
 /// A line that carries datagrams over TCP; see the module documentation.
 pub struct TcpLine {
     epoll: Epoll,
     role: Role,
-    state: Mutex<State>,
+    table: Mutex<Table>,
+    rx_scratch: Mutex<Scratch>,
+    tx_scratch: Mutex<Scratch>,
     fwmark: u32,
     dropped: AtomicU64,
     connects: AtomicU64,
     /// Whole frames wait in a receive buffer: the line is readable even
     /// though epoll says nothing.
     pending: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Tables and scratch hold no invariant a panicking holder could break.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl TcpLine {
@@ -154,7 +144,7 @@ impl TcpLine {
             timer,
         };
         let line = Self::with_role(epoll, role, fwmark);
-        line.open_connection(&mut line.lock());
+        line.open_connection(&mut lock(&line.table));
         Ok(line)
     }
 
@@ -162,25 +152,19 @@ impl TcpLine {
         TcpLine {
             epoll,
             role,
-            state: Mutex::new(State {
+            table: Mutex::new(Table {
                 connections: Vec::new(),
                 next_token: 0,
                 backoff: BACKOFF_FIRST,
                 events: vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS],
-                slots: Vec::new(),
-                prefixes: Vec::new(),
-                iov: Vec::new(),
             }),
+            rx_scratch: Mutex::default(),
+            tx_scratch: Mutex::default(),
             fwmark,
             dropped: AtomicU64::new(0),
             connects: AtomicU64::new(0),
             pending: AtomicBool::new(false),
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // Buffers and scratch hold no invariant a panicking holder breaks.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The TCP port a listening line accepts on.
@@ -206,7 +190,7 @@ impl TcpLine {
     /// Connections open now (a connecting line: 0 or 1, also while the
     /// handshake of TCP is still under way).
     pub fn connections(&self) -> usize {
-        self.lock().connections.len()
+        lock(&self.table).connections.len()
     }
 
     /// Whether whole frames wait in user space (no poll would report them).
@@ -220,70 +204,63 @@ impl TcpLine {
     /// it whenever the line's descriptor is readable.
     pub fn recv_batch(&self, batch: &mut PacketBatch, line: u16) -> io::Result<usize> {
         batch.clear();
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let n = self.epoll.ready(&mut st.events)?;
-        for k in 0..n {
-            let (token, flags) = (st.events[k].u64, st.events[k].events);
-            match token {
-                LISTENER => self.accept_all(st),
-                TIMER => {
-                    if let Role::Connect { timer, .. } = &self.role {
-                        timer.acknowledge();
+        let mut scratch = lock(&self.rx_scratch);
+        {
+            let mut guard = lock(&self.table);
+            let table = &mut *guard;
+            let n = self.epoll.ready(&mut table.events)?;
+            for k in 0..n {
+                let (token, flags) = (table.events[k].u64, table.events[k].events);
+                match token {
+                    LISTENER => self.accept_all(table),
+                    TIMER => {
+                        if let Role::Connect { timer, .. } = &self.role {
+                            timer.acknowledge();
+                        }
+                        if table.connections.is_empty() {
+                            self.open_connection(table);
+                        }
                     }
-                    if st.connections.is_empty() {
-                        self.open_connection(st);
-                    }
-                }
-                _ => {
-                    if let Some(c) = st.connections.iter_mut().find(|c| c.token == token) {
-                        self.on_event(c, flags);
+                    _ => {
+                        let found = table.connections.iter().find(|c| c.token == token);
+                        if found.is_some_and(|c| c.on_event(&self.epoll, flags)) {
+                            self.connects.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
             }
+            scratch
+                .connections
+                .extend(table.connections.iter().filter(|c| !c.is_broken()).cloned());
         }
         let now = Instant::now();
-        for c in st.connections.iter_mut().filter(|c| !c.broken) {
+        let mut heard = false;
+        for c in &scratch.connections {
             if batch.is_full() {
                 break;
             }
-            if read_frames(c, batch, line, now) {
-                st.backoff = BACKOFF_FIRST;
-            }
+            heard |= c.receive(batch, line, now);
         }
-        self.close_broken(st);
-        let pending = st.connections.iter().any(|c| c.rx.has_frame());
+        scratch.connections.clear();
+        let mut table = lock(&self.table);
+        if heard {
+            table.backoff = BACKOFF_FIRST;
+        }
+        self.close_broken(&mut table);
+        let pending = table.connections.iter().any(|c| c.has_frame());
         self.pending.store(pending, Ordering::Relaxed);
         Ok(batch.len())
     }
 
-    fn on_event(&self, c: &mut Connection, flags: u32) {
-        let error = flags & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
-        if !c.established && (error || flags & libc::EPOLLOUT as u32 != 0) {
-            if sys::take_error(c.stream.as_raw_fd()).is_err() {
-                c.broken = true;
-                return;
-            }
-            c.established = true;
-            self.connects.fetch_add(1, Ordering::Relaxed);
-        }
-        if flags & libc::EPOLLOUT as u32 != 0 {
-            self.flush(c);
-        }
-        if error || flags & libc::EPOLLIN as u32 != 0 {
-            c.readable = true;
-        }
-    }
-
-    fn accept_all(&self, st: &mut State) {
+    fn accept_all(&self, table: &mut Table) {
         let Role::Listen { listener, .. } = &self.role else {
             return;
         };
         loop {
             let (stream, remote) = match listener.accept() {
                 Ok(v) => v,
-                // Out of descriptors or memory: the listener stays readable,
-                // the next call tries again.
+                // Nothing more to accept, or out of descriptors or memory:
+                // the listener stays readable and the next call tries again.
                 Err(_) => return,
             };
             if stream.set_nonblocking(true).is_err()
@@ -291,28 +268,28 @@ impl TcpLine {
             {
                 continue;
             }
-            if st.connections.len() >= MAX_CONNECTIONS {
-                if let Some(quietest) =
-                    (0..st.connections.len()).min_by_key(|&i| st.connections[i].last_frame)
-                {
-                    let gone = st.connections.remove(quietest);
+            if table.connections.len() >= MAX_CONNECTIONS {
+                let quietest = (0..table.connections.len())
+                    .min_by_key(|&i| table.connections[i].rx().last_frame);
+                if let Some(i) = quietest {
+                    let gone = table.connections.remove(i);
                     self.epoll.remove(gone.stream.as_raw_fd());
                 }
             }
             self.connects.fetch_add(1, Ordering::Relaxed);
-            self.add_connection(st, stream, sys::unmapped(remote), true);
+            self.add_connection(table, stream, sys::unmapped(remote), true);
         }
     }
 
     fn add_connection(
         &self,
-        st: &mut State,
+        table: &mut Table,
         stream: TcpStream,
         remote: SocketAddr,
         established: bool,
     ) {
-        let token = st.next_token;
-        st.next_token += 1;
+        let token = table.next_token;
+        table.next_token += 1;
         if self
             .epoll
             .add(stream.as_raw_fd(), token, !established)
@@ -320,23 +297,19 @@ impl TcpLine {
         {
             return;
         }
-        st.connections.push(Connection {
+        table.connections.push(Arc::new(Connection::new(
             token,
             stream,
             remote,
             established,
-            watching_writable: !established,
-            readable: false,
-            broken: false,
-            last_frame: Instant::now(),
-            rx: RxBuffer::new(RX_BUFFER),
-            tx: TxBacklog::new(TX_BACKLOG),
-        });
+            RX_BUFFER,
+            TX_BACKLOG,
+        )));
     }
 
     /// A connecting line starts its next attempt, or arms the timer for a
     /// later one when it cannot even start.
-    fn open_connection(&self, st: &mut State) {
+    fn open_connection(&self, table: &mut Table) {
         let Role::Connect {
             remote,
             device,
@@ -353,64 +326,32 @@ impl TcpLine {
             self.fwmark,
             KERNEL_UNSENT,
         ) {
-            Ok(stream) => self.add_connection(st, stream, *remote, false),
-            Err(_) => self.retry_later(st, timer),
+            Ok(stream) => self.add_connection(table, stream, *remote, false),
+            Err(_) => self.retry_later(table, timer),
         }
     }
 
-    fn retry_later(&self, st: &mut State, timer: &Timer) {
+    fn retry_later(&self, table: &mut Table, timer: &Timer) {
         // Arming a timerfd only fails on bad arguments.
-        let _ = timer.arm(st.backoff);
-        st.backoff = (st.backoff * 2).min(BACKOFF_MAX);
+        let _ = timer.arm(table.backoff);
+        table.backoff = (table.backoff * 2).min(BACKOFF_MAX);
     }
 
-    fn close_broken(&self, st: &mut State) {
-        let before = st.connections.len();
+    /// Forgets broken connections (their descriptors close with the last
+    /// reference); a connecting line schedules its next attempt.
+    fn close_broken(&self, table: &mut Table) {
+        let before = table.connections.len();
         let epoll = &self.epoll;
-        st.connections.retain(|c| {
-            if c.broken {
+        table.connections.retain(|c| {
+            if c.is_broken() {
                 epoll.remove(c.stream.as_raw_fd());
             }
-            !c.broken
+            !c.is_broken()
         });
-        if st.connections.len() < before {
+        if table.connections.len() < before && table.connections.is_empty() {
             if let Role::Connect { timer, .. } = &self.role {
-                if st.connections.is_empty() {
-                    self.retry_later(st, timer);
-                }
+                self.retry_later(table, timer);
             }
-        }
-    }
-
-    /// Writes what the backlog holds; stops watching for writability once
-    /// it is empty.
-    fn flush(&self, c: &mut Connection) {
-        while c.established && !c.tx.is_empty() {
-            let unsent = c.tx.unsent();
-            let mut iov = [libc::iovec {
-                iov_base: unsent.as_ptr() as *mut libc::c_void,
-                iov_len: unsent.len(),
-            }];
-            match sys::send_vectored(c.stream.as_raw_fd(), &mut iov) {
-                Ok(n) => c.tx.consumed(n),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    c.broken = true;
-                    c.tx.clear();
-                    return;
-                }
-            }
-        }
-        self.watch_writable(c, !c.tx.is_empty());
-    }
-
-    fn watch_writable(&self, c: &mut Connection, on: bool) {
-        if c.established
-            && c.watching_writable != on
-            && self.epoll.modify(c.stream.as_raw_fd(), c.token, on).is_ok()
-        {
-            c.watching_writable = on;
         }
     }
 
@@ -418,12 +359,19 @@ impl TcpLine {
     /// a connecting line on its connection, a listening one on the
     /// connection each datagram's address names. One sendmsg per
     /// connection for the whole batch. Returns how many were sent or
-    /// queued; the rest count as dropped.
+    /// queued; the rest count as dropped. A connection that fails is left
+    /// for the receive side to close (its socket reports the error there).
     pub fn send_batch_on_line(&self, batch: &PacketBatch, line: u16) -> io::Result<usize> {
-        let mut guard = self.lock();
-        let st = &mut *guard;
+        let mut guard = lock(&self.tx_scratch);
+        let scratch = &mut *guard;
+        scratch.connections.extend(
+            lock(&self.table)
+                .connections
+                .iter()
+                .filter(|c| !c.is_broken())
+                .cloned(),
+        );
         let connecting = matches!(self.role, Role::Connect { .. });
-        let mut taken = 0;
         let on_line = (0..batch.len())
             .filter(|&i| batch.line(i) == line)
             .map(|i| (i, batch.addr(i)))
@@ -436,149 +384,23 @@ impl TcpLine {
             )
             .filter(|&(slot, _)| !batch.packet(slot).is_empty());
         let total = on_line.clone().count();
-        for c in st.connections.iter_mut() {
-            if c.broken {
-                continue;
-            }
-            st.slots.clear();
-            for (slot, addr) in on_line.clone() {
-                if connecting || addr == c.remote {
-                    st.slots.push(slot);
-                }
-            }
-            taken += self.send_frames(c, batch, &st.slots, &mut st.prefixes, &mut st.iov);
-        }
-        self.close_broken(st);
-        self.dropped
-            .fetch_add((total - taken) as u64, Ordering::Relaxed);
-        Ok(taken)
-    }
-
-    /// Writes the datagrams in `slots` to one connection: straight from the
-    /// batch when nothing waits before them, else (and for whatever the
-    /// kernel does not take) into the backlog. Returns how many went out or
-    /// wait in the backlog.
-    fn send_frames(
-        &self,
-        c: &mut Connection,
-        batch: &PacketBatch,
-        slots: &[usize],
-        prefixes: &mut Vec<[u8; PREFIX]>,
-        iov: &mut Vec<libc::iovec>,
-    ) -> usize {
-        if !c.tx.is_empty() {
-            self.flush(c);
-        }
-        if !c.established || !c.tx.is_empty() || c.broken {
-            let queued = slots
-                .iter()
-                .filter(|&&s| c.tx.push(batch.packet(s)))
-                .count();
-            self.watch_writable(c, !c.tx.is_empty());
-            return queued;
-        }
-        let per_call = IOV_MAX / 2;
-        let mut done = 0;
-        for (n_chunk, chunk) in slots.chunks(per_call).enumerate() {
-            prefixes.clear();
-            prefixes.extend(
-                chunk
-                    .iter()
-                    .map(|&s| (batch.packet(s).len() as u16).to_be_bytes()),
+        let mut taken = 0;
+        for c in &scratch.connections {
+            scratch.slots.clear();
+            scratch.slots.extend(
+                on_line
+                    .clone()
+                    .filter(|&(_, addr)| connecting || addr == c.remote)
+                    .map(|(slot, _)| slot),
             );
-            iov.clear();
-            for (k, &s) in chunk.iter().enumerate() {
-                let body = batch.packet(s);
-                iov.push(libc::iovec {
-                    iov_base: prefixes[k].as_ptr() as *mut libc::c_void,
-                    iov_len: PREFIX,
-                });
-                iov.push(libc::iovec {
-                    iov_base: body.as_ptr() as *mut libc::c_void,
-                    iov_len: body.len(),
-                });
-            }
-            let mut wrote = loop {
-                match sys::send_vectored(c.stream.as_raw_fd(), iov) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
-                    Err(_) => {
-                        c.broken = true;
-                        c.tx.clear();
-                        return done;
-                    }
-                }
-            };
-            // Whole frames the kernel took, then the rest of a frame it took
-            // part of, then as many further frames as the backlog holds.
-            let mut k = 0;
-            while k < chunk.len() && wrote >= PREFIX + batch.packet(chunk[k]).len() {
-                wrote -= PREFIX + batch.packet(chunk[k]).len();
-                k += 1;
-            }
-            done += k;
-            if k == chunk.len() {
-                continue;
-            }
-            if wrote > 0 {
-                c.tx.push_rest(batch.packet(chunk[k]), wrote);
-                done += 1;
-                k += 1;
-            }
-            let unsent = &slots[n_chunk * per_call + k..];
-            done += unsent
-                .iter()
-                .filter(|&&s| c.tx.push(batch.packet(s)))
-                .count();
-            break;
-        }
-        self.watch_writable(c, !c.tx.is_empty());
-        done
-    }
-}
-
-/// Moves whole frames from connection `c` into `batch`, reading from the
-/// socket while it had something and the batch has room. Returns whether
-/// any frame arrived.
-fn read_frames(c: &mut Connection, batch: &mut PacketBatch, line: u16, now: Instant) -> bool {
-    let mut got = false;
-    loop {
-        match c.rx.drain_into(batch, c.remote, line) {
-            Ok(0) => {}
-            Ok(_) => {
-                c.last_frame = now;
-                got = true;
-            }
-            Err(_) => {
-                c.broken = true;
-                return got;
+            if !scratch.slots.is_empty() {
+                taken += c.send(&self.epoll, batch, &scratch.slots);
             }
         }
-        if batch.is_full() || !c.readable || !c.established {
-            c.readable = false;
-            return got;
-        }
-        let spare = c.rx.spare();
-        let room = spare.len();
-        match (&c.stream).read(spare) {
-            Ok(0) => {
-                c.broken = true;
-                return got;
-            }
-            Ok(n) => {
-                c.rx.filled(n);
-                // A short read emptied the socket; a full one may have left
-                // more, which the next pass reads after draining.
-                c.readable = n == room;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
-            Err(_) => {
-                c.broken = true;
-                return got;
-            }
-        }
+        scratch.connections.clear();
+        self.dropped
+            .fetch_add(total.saturating_sub(taken) as u64, Ordering::Relaxed);
+        Ok(taken)
     }
 }
 

@@ -69,8 +69,11 @@ fn settle(listening: &TcpLine, connecting: &TcpLine) {
         poll::wait(&fds, Some(Duration::from_millis(10))).unwrap();
         listening.recv_batch(&mut batch, 0).unwrap();
         connecting.recv_batch(&mut batch, 0).unwrap();
-        let st = connecting.lock();
-        if st.connections.iter().any(|c| c.established) && listening.connections() > 0 {
+        let established = lock(&connecting.table)
+            .connections
+            .iter()
+            .any(|c| c.is_established());
+        if established && listening.connections() > 0 {
             return;
         }
     }
@@ -124,11 +127,11 @@ fn datagrams_cross_both_ways_and_the_connecting_line_reconnects() {
     // The listener drops the connection: the connecting line notices the
     // end of the stream and opens a new one.
     {
-        let mut st = listening.lock();
-        for c in st.connections.iter_mut() {
-            c.broken = true;
+        let mut table = lock(&listening.table);
+        for c in &table.connections {
+            c.break_off();
         }
-        listening.close_broken(&mut st);
+        listening.close_broken(&mut table);
     }
     let mut batch = PacketBatch::new(8, 2048);
     for _ in 0..ROUNDS {
