@@ -133,6 +133,44 @@ fn tcp_transport_through_an_underlay_that_drops_udp() {
     transfer_and_compare(&env, &nsa, &nsb, &tb, "after-reconnect");
     eprintln!("[{test}] A's connections to B: {first}, then {second}, then {third}");
 
+    // B closes accepted connections that no authenticated message came
+    // through after 20 s: a stranger's goes, the peer's stays.
+    let mut stranger = nsa.cmd("socat");
+    stranger.args(["-u", &format!("TCP:198.18.{x}.2:{PORT_B}"), "STDOUT"]);
+    let mut stranger = ChildGuard::spawn(stranger, "stranger", &env.path("stranger.log"));
+    let accepted = || {
+        nsb.run(
+            "ss",
+            &[
+                "-Htn",
+                "state",
+                "established",
+                "sport",
+                "=",
+                &format!(":{PORT_B}"),
+            ],
+            SHORT,
+        )
+        .stdout
+        .lines()
+        .count()
+    };
+    assert!(
+        wait_until(LONG, || accepted() == 2),
+        "{test}: the stranger's connection was not accepted"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(23));
+    assert!(
+        stranger.wait_exit(LONG).is_some() && accepted() == 1,
+        "{test}: B kept a connection that never authenticated\n{}",
+        logs()
+    );
+    assert_eq!(
+        tunnel_connection(&nsa).as_deref(),
+        Some(third.as_str()),
+        "{test}: the peer's connection did not survive B's sorting out of strangers\n{}",
+        logs()
+    );
     let ping = ping(&nsa, &tb, 10);
     assert!(
         ping.received >= 8,

@@ -22,8 +22,11 @@ pub struct Connection {
     pub stream: TcpStream,
     /// The address datagrams from it are tagged with and replies go to.
     pub remote: SocketAddr,
+    pub opened: Instant,
     established: AtomicBool,
     broken: AtomicBool,
+    /// The core authenticated a message from `remote` on this line.
+    authenticated: AtomicBool,
     rx: Mutex<RxSide>,
     tx: Mutex<TxSide>,
 }
@@ -65,8 +68,10 @@ impl Connection {
             token,
             stream,
             remote,
+            opened: Instant::now(),
             established: AtomicBool::new(established),
             broken: AtomicBool::new(false),
+            authenticated: AtomicBool::new(false),
             rx: Mutex::new(RxSide {
                 buffer: RxBuffer::new(rx_bytes),
                 readable: false,
@@ -87,6 +92,14 @@ impl Connection {
 
     pub fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Relaxed)
+    }
+
+    pub fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::Relaxed)
+    }
+
+    pub fn authenticate(&self) {
+        self.authenticated.store(true, Ordering::Relaxed);
     }
 
     pub fn break_off(&self) {

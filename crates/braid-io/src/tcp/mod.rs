@@ -51,6 +51,10 @@ const MAX_CONNECTIONS: usize = 64;
 /// First and longest wait before a connecting line tries again.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long an accepted connection may go without the core authenticating
+/// a message from it before it is closed (WireGuard retries a handshake
+/// every 5 s, so a real peer gets several tries).
+const UNAUTHENTICATED_GRACE: Duration = Duration::from_secs(20);
 /// Readiness events taken per receive call.
 const EVENTS: usize = 64;
 
@@ -269,9 +273,16 @@ impl TcpLine {
                 continue;
             }
             if table.connections.len() >= MAX_CONNECTIONS {
-                let quietest = (0..table.connections.len())
-                    .min_by_key(|&i| table.connections[i].rx().last_frame);
-                if let Some(i) = quietest {
+                // Strangers go first, the oldest of them; among peers the
+                // one that has been silent longest.
+                let victim = (0..table.connections.len()).min_by_key(|&i| {
+                    let c = &table.connections[i];
+                    match c.is_authenticated() {
+                        false => (false, c.opened),
+                        true => (true, c.rx().last_frame),
+                    }
+                });
+                if let Some(i) = victim {
                     let gone = table.connections.remove(i);
                     self.epoll.remove(gone.stream.as_raw_fd());
                 }
@@ -353,6 +364,38 @@ impl TcpLine {
                 self.retry_later(table, timer);
             }
         }
+    }
+
+    /// Learns which accepted connections belong to peers: `is_peer` says
+    /// whether the core has authenticated a message from an address on
+    /// this line. Those connections are kept when the table is full;
+    /// others are closed once they are older than 20 s. Call it now and
+    /// then (the daemon does every second); a connecting line ignores it.
+    pub fn sort_out(&self, is_peer: impl Fn(SocketAddr) -> bool) {
+        if !matches!(self.role, Role::Listen { .. }) {
+            return;
+        }
+        let mut table = lock(&self.table);
+        for c in &table.connections {
+            if c.is_authenticated() {
+                continue;
+            }
+            if is_peer(c.remote) {
+                c.authenticate();
+            } else if c.opened.elapsed() > UNAUTHENTICATED_GRACE {
+                c.break_off();
+            }
+        }
+        self.close_broken(&mut table);
+    }
+
+    /// Accepted connections the core has authenticated a message from.
+    pub fn authenticated_connections(&self) -> usize {
+        lock(&self.table)
+            .connections
+            .iter()
+            .filter(|c| c.is_authenticated())
+            .count()
     }
 
     /// Sends the datagrams (and extra copies) of `batch` on line `line`:

@@ -155,3 +155,40 @@ fn datagrams_cross_both_ways_and_the_connecting_line_reconnects() {
     assert_eq!(got.len(), 10);
     assert_ne!(got[0].1, client, "a new connection, a new source port");
 }
+
+#[test]
+fn strangers_make_room_for_them_not_for_an_authenticated_peer() {
+    let listening = TcpLine::listen(0, 0).unwrap();
+    let port = listening.local_port().unwrap();
+    let server = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let connecting = TcpLine::connect(server, None, None, 0).unwrap();
+    settle(&listening, &connecting);
+    connecting
+        .send_batch_on_line(&batch_of(0..1, server, 0), 0)
+        .unwrap();
+    let peer = receive(&listening, &connecting, 1)[0].1;
+    listening.sort_out(|addr| addr == peer);
+    assert_eq!(listening.authenticated_connections(), 1);
+
+    let strangers: Vec<TcpStream> = (0..MAX_CONNECTIONS + 5)
+        .map(|_| TcpStream::connect(server).unwrap())
+        .collect();
+    let mut batch = PacketBatch::new(8, 2048);
+    for _ in 0..ROUNDS {
+        if listening.connections_opened() as usize > strangers.len() {
+            break;
+        }
+        poll::wait(
+            &[(listening.as_raw_fd(), Interest::READABLE)],
+            Some(Duration::from_millis(10)),
+        )
+        .unwrap();
+        listening.recv_batch(&mut batch, 0).unwrap();
+    }
+    assert_eq!(listening.connections(), MAX_CONNECTIONS);
+    assert_eq!(listening.authenticated_connections(), 1, "the peer stays");
+    connecting
+        .send_batch_on_line(&batch_of(1..2, server, 0), 0)
+        .unwrap();
+    assert_eq!(receive(&listening, &connecting, 1)[0].0, datagram(1));
+}

@@ -364,6 +364,7 @@ impl Daemon {
                 if let Ok(mtu) = netcfg::link_mtu(&self.name) {
                     self.shared.set_mtu(mtu);
                 }
+                tcp_lines::sort_out_connections(&self.shared.lines(), &self.shared.device());
             }
         }
         Ok(())

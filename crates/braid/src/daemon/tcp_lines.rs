@@ -193,3 +193,21 @@ pub fn add_endpoint_path(
     }
     Ok(())
 }
+
+/// Tells each listening TCP line which of its connections carry an
+/// authenticated peer: those whose address the core knows as a path on
+/// that line. The others are closed after a grace period and are the first
+/// to go when a line has too many connections.
+pub fn sort_out_connections(lines: &Lines, device: &Device) {
+    for (i, line) in lines.all().iter().enumerate() {
+        if let Line::Tcp(TcpRole::Listen, tcp) = line {
+            tcp.sort_out(|addr| {
+                device.peer_ids().any(|pid| {
+                    device
+                        .peer(pid)
+                        .is_some_and(|p| p.find_path(i as u16, addr).is_some())
+                })
+            });
+        }
+    }
+}
