@@ -9,7 +9,9 @@
 //!   tags every datagram with the connection's remote address. It does not
 //!   know whose connection it is: the core authenticates the messages and
 //!   learns the address as the peer's endpoint, and replies to that address
-//!   go back on the same connection.
+//!   go back on the same connection. The daemon reports back which
+//!   addresses the core knows ([`TcpLine::sort_out`]); connections nobody
+//!   authenticated are closed after a grace period and evicted first.
 //! - a **connecting** line keeps one connection to one endpoint and opens
 //!   it again by itself, with exponential backoff, whenever it breaks.
 //!
