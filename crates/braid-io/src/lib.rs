@@ -16,11 +16,13 @@
 pub mod netcfg;
 pub mod offload;
 pub mod poll;
+pub mod tcp;
 pub mod tun;
 pub mod udp;
 pub mod wake;
 
 pub use poll::{wait, Interest, Readiness};
+pub use tcp::TcpLine;
 pub use tun::{Offload, OffloadStats, Tun};
 pub use udp::UdpSocket;
 pub use wake::Waker;

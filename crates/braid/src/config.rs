@@ -88,6 +88,25 @@ pub struct PeerConfig {
     pub reorder_capacity: Option<usize>,
     /// braid: this peer's `Cipher =`; `None` follows the interface's.
     pub cipher: Option<CipherPolicy>,
+    /// braid: how the `Endpoint` and the paths without their own
+    /// `transport=` reach this peer (`Transport =`, default udp).
+    pub transport: Transport,
+}
+
+/// braid's `Transport =` / `transport=`: what carries the datagrams to a
+/// peer. TCP is for networks that block UDP; both ends must be braid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    #[default]
+    Udp,
+    Tcp,
+}
+
+impl PeerConfig {
+    /// The transport of path `path` of this peer.
+    pub fn path_transport(&self, path: &PathConfig) -> Transport {
+        path.transport.unwrap_or(self.transport)
+    }
 }
 
 /// One `Path =` line: a local line (interface or source address, or the
@@ -97,6 +116,8 @@ pub struct PathConfig {
     pub name: String,
     pub bind: Option<Bind>,
     pub endpoint: Endpoint,
+    /// `transport=`; `None` follows the peer's `Transport =`.
+    pub transport: Option<Transport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -331,6 +352,7 @@ struct PeerBuilder {
     reorder_hold: Slot<Duration>,
     reorder_capacity: Slot<usize>,
     cipher: Slot<CipherPolicy>,
+    transport: Slot<Transport>,
 }
 
 enum Section {
@@ -455,6 +477,7 @@ impl PeerBuilder {
             }
             "mode" => set_once(&mut self.mode, "Mode", parse_mode(value), line),
             "cipher" => set_once(&mut self.cipher, "Cipher", parse_cipher(value), line),
+            "transport" => set_once(&mut self.transport, "Transport", parse_transport(value), line),
             "reorderhold" => set_once(&mut self.reorder_hold, "ReorderHold", parse_hold(value), line),
             "reordercapacity" => set_once(
                 &mut self.reorder_capacity,
@@ -617,6 +640,7 @@ impl Parser<'_> {
                 reorder_hold: p.reorder_hold.map(|v| v.0),
                 reorder_capacity: p.reorder_capacity.map(|v| v.0),
                 cipher: p.cipher.map(|v| v.0),
+                transport: p.transport.map(|v| v.0).unwrap_or_default(),
             });
         }
         Ok(Config {
@@ -808,7 +832,16 @@ fn parse_hold(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// `NAME bind=IFACE|ADDR endpoint=HOST:PORT` (bind is optional).
+fn parse_transport(s: &str) -> Result<Transport, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "udp" => Ok(Transport::Udp),
+        "tcp" => Ok(Transport::Tcp),
+        _ => Err(format!("unknown transport {s:?} (expected udp or tcp)")),
+    }
+}
+
+/// `NAME bind=IFACE|ADDR endpoint=HOST:PORT transport=udp|tcp` (bind and
+/// transport are optional).
 fn parse_path(s: &str) -> Result<PathConfig, String> {
     let mut words = s.split_whitespace();
     let name = words
@@ -824,7 +857,7 @@ fn parse_path(s: &str) -> Result<PathConfig, String> {
             "invalid path name {name:?} (letters, digits, - and _, at most 15)"
         ));
     }
-    let (mut bind, mut endpoint) = (None, None);
+    let (mut bind, mut endpoint, mut transport) = (None, None, None);
     for word in words {
         let (k, v) = word
             .split_once('=')
@@ -844,10 +877,11 @@ fn parse_path(s: &str) -> Result<PathConfig, String> {
                 })
             }
             "endpoint" if endpoint.is_none() => endpoint = Some(Endpoint::parse(v)?),
-            "bind" | "endpoint" => return Err(format!("{k}= given twice")),
+            "transport" if transport.is_none() => transport = Some(parse_transport(v)?),
+            "bind" | "endpoint" | "transport" => return Err(format!("{k}= given twice")),
             _ => {
                 return Err(format!(
-                    "unknown path option {k:?} (expected bind= or endpoint=)"
+                    "unknown path option {k:?} (expected bind=, endpoint= or transport=)"
                 ))
             }
         }
@@ -857,6 +891,7 @@ fn parse_path(s: &str) -> Result<PathConfig, String> {
         name: name.to_string(),
         bind,
         endpoint,
+        transport,
     })
 }
 
@@ -991,6 +1026,18 @@ mod tests {
                     && p.reorder_hold == Some(Duration::from_millis(333))
                     && p.reorder_capacity == Some(2048)
             }),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nTransport = TCP\nPath = a endpoint=198.18.1.1:1\nPath = b endpoint=198.18.2.1:1 transport=udp\nPath = c transport=tcp endpoint=198.18.3.1:1", |c| {
+                let p = &c.peers[0];
+                p.transport == Transport::Tcp
+                    && p.paths[0].transport.is_none()
+                    && p.path_transport(&p.paths[0]) == Transport::Tcp
+                    && p.path_transport(&p.paths[1]) == Transport::Udp
+                    && p.path_transport(&p.paths[2]) == Transport::Tcp
+            }),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = a endpoint=198.18.1.1:1 transport=tcp", |c| {
+                let p = &c.peers[0];
+                p.transport == Transport::Udp && p.path_transport(&p.paths[0]) == Transport::Tcp
+            }),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 0", |c| {
                 c.peers[0].reorder_hold == Some(Duration::ZERO) && c.peers[0].mode == Mode::Redundant
             }),
@@ -1059,6 +1106,11 @@ mod tests {
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 endpoint=198.18.0.1", Some(5), Some("Path"), "endpoint"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 endpoint=198.18.0.1:1\nPath = l1 endpoint=198.18.0.2:1", Some(6), Some("Path"), "exists already"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = bad/name endpoint=198.18.0.1:1", Some(5), Some("Path"), "invalid path name"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nTransport = quic", Some(5), Some("Transport"), "unknown transport \"quic\" (expected udp or tcp)"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nTransport = tcp\nTransport = udp", Some(6), Some("Transport"), "duplicate key (already set on line 5)"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 endpoint=198.18.0.1:1 transport=sctp", Some(5), Some("Path"), "unknown transport \"sctp\""),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nPath = l1 endpoint=198.18.0.1:1 transport=tcp transport=tcp", Some(5), Some("Path"), "transport= given twice"),
+            ("[Interface]\nPrivateKey={SK}\nTransport = tcp", Some(3), Some("Transport"), "unknown key in [Interface]"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMode = striped", Some(5), Some("Mode"), "unknown mode \"striped\""),
             ("[Interface]\nPrivateKey={SK}\nCipher = des\n", Some(3), Some("Cipher"), "unknown cipher \"des\""),
             ("[Interface]\nPrivateKey={SK}\nMssFix = 535", Some(3), Some("MssFix"), "invalid MSS \"535\" (expected auto, off or 536-65495)"),

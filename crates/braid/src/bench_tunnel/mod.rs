@@ -16,6 +16,7 @@
 //! Ctrl-C, SIGTERM or SIGHUP.
 
 mod measure;
+mod underlay_loss;
 mod vpn;
 
 use crate::lab::{self, Lab, LabResult};
@@ -27,7 +28,8 @@ use vpn::{Cipher, Net, VpnKind};
 const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
                           [--seconds N] [--rounds R] [--netem \"FLAGS\"]
-                          [--paths 1|2] [--quick] [--json] [--label TEXT]
+                          [--paths 1|2] [--transport udp|tcp] [--loss PCT]
+                          [--quick] [--json] [--label TEXT]
 
 Measures one VPN between two network namespaces joined by veth: iperf3 one
 TCP stream, four streams and one reverse stream (Gbit/s), ping idle and
@@ -49,6 +51,10 @@ stdout.
   --paths 2         braid only: two veth lines, every packet sent on both
                     (Mode = redundant) and put back in order by the
                     reorder window; what duplication costs
+  --transport tcp   braid only: both peers `Transport = tcp` (datagrams
+                    framed on one TCP connection; braid netem cannot relay it)
+  --loss PCT        drop PCT % of the underlay packets in each direction
+                    (an nft rule in B's namespace; any protocol)
   --quick           short runs, for tests
   --json            one JSON object: per-round numbers, medians, min, max
   --label TEXT      the case's name in the progress line and the output
@@ -72,6 +78,8 @@ struct Opts {
     rounds: usize,
     netem: Option<String>,
     paths: u32,
+    transport_tcp: bool,
+    loss: Option<f64>,
     quick: bool,
     json: bool,
     label: Option<String>,
@@ -85,6 +93,8 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         rounds: 0,
         netem: None,
         paths: 1,
+        transport_tcp: false,
+        loss: None,
         quick: false,
         json: false,
         label: None,
@@ -114,6 +124,14 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             "--netem" => o.netem = Some(val(a)?),
             "--label" => o.label = Some(val(a)?),
             "--paths" => o.paths = number(a, val(a)?, 2)?,
+            "--transport" => {
+                o.transport_tcp = match val(a)?.as_str() {
+                    "udp" => false,
+                    "tcp" => true,
+                    v => return Err(format!("--transport: {v:?} is not udp or tcp")),
+                }
+            }
+            "--loss" => o.loss = Some(underlay_loss::parse(&val(a)?)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -123,6 +141,12 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     }
     if o.paths > 1 && o.vpn != VpnKind::Braid {
         return Err("--paths 2 needs --vpn braid (the others have one line)".into());
+    }
+    if o.transport_tcp && (o.vpn != VpnKind::Braid || o.netem.is_some()) {
+        return Err(
+            "--transport tcp needs --vpn braid and no --netem (netem relays UDP; use --loss)"
+                .into(),
+        );
     }
     o.seconds = seconds.unwrap_or(if o.quick { 1 } else { 5 });
     o.rounds = rounds.unwrap_or(if o.quick { 1 } else { 3 });
@@ -146,6 +170,12 @@ impl Opts {
             }
             if self.paths > 1 {
                 l = format!("{l} {} paths redundant", self.paths);
+            }
+            if self.transport_tcp {
+                l = format!("{l} over TCP");
+            }
+            if let Some(p) = self.loss {
+                l = format!("{l}, {p}% loss");
             }
             l
         })
@@ -351,6 +381,9 @@ fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report> {
         (&ns_a, &veth, &format!("{UNDERLAY_A}/24")),
         (&ns_b, &veth, &format!("{UNDERLAY_B}/24")),
     )?;
+    if let Some(percent) = o.loss {
+        underlay_loss::apply(&lab, &ns_b, &veth, percent)?;
+    }
     let second_line = if o.paths > 1 {
         let veth2 = lab.name("v");
         lab.veth(
@@ -392,6 +425,7 @@ fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report> {
         tunnel_b: TUNNEL_B.into(),
         endpoint_host: UNDERLAY_B.into(),
         endpoint_port,
+        transport_tcp: o.transport_tcp,
         redundant_lines: second_line.map(|(veth1, veth2)| {
             [
                 (veth1, UNDERLAY_B.to_string()),

@@ -204,6 +204,8 @@ pub struct Net {
     pub endpoint_port: u16,
     /// braid `--paths 2`: A's two lines (its veth, B's address on it).
     pub redundant_lines: Option<[(String, String); 2]>,
+    /// braid `--transport tcp`: both peers get `Transport = tcp`.
+    pub transport_tcp: bool,
 }
 
 /// A tunnel that is up: where to send traffic and whom to charge for it.
@@ -286,14 +288,19 @@ fn braid(lab: &mut Lab, cipher: Cipher, net: &Net) -> LabResult<Tunnel> {
             s
         }
     };
+    let transport = if net.transport_tcp {
+        "Transport = tcp\n"
+    } else {
+        ""
+    };
     let conf_a = format!(
         "[Interface]\nPrivateKey = {key_a}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}\n\
-         [Peer]\nPublicKey = {pub_b}\nAllowedIPs = {}/32\n{peer_route}",
+         [Peer]\nPublicKey = {pub_b}\nAllowedIPs = {}/32\n{peer_route}{transport}",
         net.tunnel_a, net.tunnel_b
     );
     let conf_b = format!(
         "[Interface]\nPrivateKey = {key_b}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}\n\
-         [Peer]\nPublicKey = {pub_a}\nAllowedIPs = {}/32\n",
+         [Peer]\nPublicKey = {pub_a}\nAllowedIPs = {}/32\n{transport}",
         net.tunnel_b, net.tunnel_a
     );
     let (if_a, if_b) = (lab.name("a"), lab.name("b"));

@@ -1,8 +1,10 @@
 //! The local lines of an interface: line 0 is the main socket (ListenPort,
 //! what stock WireGuard peers talk to); every distinct `bind=` of a `Path`
 //! line gets a socket of its own, tied to its interface so the datagrams
-//! leave through that line whatever the routing table prefers.
+//! leave through that line whatever the routing table prefers. TCP lines
+//! (`tcp_lines`) join the same list and are driven the same way.
 
+use super::tcp_lines::{self, Line};
 use crate::config::{Bind, Config};
 use braid_core::batch::PacketBatch;
 use braid_io::UdpSocket;
@@ -10,16 +12,23 @@ use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 pub struct Lines {
-    sockets: Vec<UdpSocket>,
+    sockets: Vec<Line>,
     binds: Vec<Option<Bind>>,
 }
 
 impl Lines {
     pub fn new(main: UdpSocket) -> Lines {
         Lines {
-            sockets: vec![main],
+            sockets: vec![Line::Udp(main)],
             binds: vec![None],
         }
+    }
+
+    /// Adds a line that no `bind=` names; returns its index.
+    pub fn push(&mut self, line: Line) -> u16 {
+        self.sockets.push(line);
+        self.binds.push(None);
+        (self.sockets.len() - 1) as u16
     }
 
     /// The line for `bind` (opened on first use); `None` is the main line.
@@ -45,7 +54,7 @@ impl Lines {
             }
         }
         .map_err(|e| io::Error::new(e.kind(), format!("line bind={}: {e}", describe(bind))))?;
-        self.sockets.push(socket);
+        self.sockets.push(Line::Udp(socket));
         self.binds.push(Some(bind.clone()));
         Ok((self.sockets.len() - 1) as u16)
     }
@@ -56,42 +65,43 @@ impl Lines {
     }
 
     pub fn main(&self) -> &UdpSocket {
-        &self.sockets[0]
+        self.sockets[0]
+            .udp()
+            .expect("line 0 is the main UDP socket")
     }
 
     pub fn replace_main(&mut self, socket: UdpSocket) {
-        self.sockets[0] = socket;
+        self.sockets[0] = Line::Udp(socket);
     }
 
-    pub fn sockets(&self) -> &[UdpSocket] {
+    /// Every line, UDP and TCP, by index.
+    pub fn all(&self) -> &[Line] {
         &self.sockets
+    }
+
+    pub fn udp_sockets(&self) -> impl Iterator<Item = &UdpSocket> {
+        self.sockets.iter().filter_map(Line::udp)
     }
 
     /// Receives one batch from line `line`, tagging each datagram with it.
     pub fn recv(&self, line: usize, batch: &mut PacketBatch) -> io::Result<usize> {
-        let n = self.sockets[line].recv_batch(batch)?;
-        if line != 0 {
-            for i in 0..n {
-                batch.set_line(i, line as u16);
-            }
-        }
-        Ok(n)
+        self.sockets[line].recv(line as u16, batch)
     }
 
     /// Sends a batch, each datagram (and copy) on the line it names.
     pub fn send(&self, batch: &PacketBatch) -> io::Result<()> {
         if self.sockets.len() == 1 {
-            self.sockets[0].send_batch(batch)?;
+            self.main().send_batch(batch)?;
             return Ok(());
         }
         for (line, socket) in self.sockets.iter().enumerate() {
-            socket.send_batch_on_line(batch, line as u16)?;
+            socket.send(line as u16, batch)?;
         }
         Ok(())
     }
 
     pub fn dropped(&self) -> u64 {
-        self.sockets.iter().map(UdpSocket::dropped).sum()
+        self.sockets.iter().map(Line::dropped).sum()
     }
 }
 
@@ -110,7 +120,7 @@ pub fn open_for(lines: &mut Lines, cfg: &Config) -> io::Result<Vec<Vec<u16>>> {
         .map(|peer| {
             peer.paths
                 .iter()
-                .map(|p| lines.line_for(p.bind.as_ref()))
+                .map(|p| tcp_lines::path_line(lines, peer, p))
                 .collect()
         })
         .collect()

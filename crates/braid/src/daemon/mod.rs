@@ -19,8 +19,9 @@ pub mod lines;
 pub mod pmtu;
 pub mod privilege;
 pub mod routes;
+pub mod tcp_lines;
 
-use crate::config::{Config, MssFix};
+use crate::config::{Config, MssFix, Transport};
 use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
 use background::ReadyPipe;
 use braid_core::batch::PacketBatch;
@@ -75,7 +76,12 @@ pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
     for peer in &config.peers {
         let mut u = PeerUpdate::new(peer.public_key);
         u.preshared_key = Some(peer.preshared_key.clone());
-        if let Some(ep) = &peer.endpoint {
+        // A TCP endpoint is a path on its TCP line (`tcp_lines`), not UDP's.
+        if let Some(ep) = peer
+            .endpoint
+            .as_ref()
+            .filter(|_| peer.transport == Transport::Udp)
+        {
             let addr = ep.resolve().map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
@@ -225,6 +231,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     }
     let mut lines = lines::Lines::new(udp);
     if let Some(cfg) = &req.config {
+        tcp_lines::open(&mut lines, cfg, state.listen_port, state.fwmark)?;
         apply_multipath(&mut device, &mut lines, cfg)?;
     }
     let mut guardian = match drop_to {
@@ -317,6 +324,7 @@ fn apply_multipath(
         if peer.reorder_hold.is_some() || peer.reorder_capacity.is_some() {
             device.set_reorder(pid, peer.reorder_hold, peer.reorder_capacity);
         }
+        tcp_lines::add_endpoint_path(device, lines, pid, peer)?;
         for (path, line) in peer.paths.iter().zip(path_lines) {
             let remote = path.endpoint.resolve().map_err(|e| {
                 std::io::Error::new(
@@ -392,9 +400,9 @@ impl Daemon {
             let mut leftovers = [false; poll::MAX_FDS];
             let n_lines = {
                 let lines = self.shared.lines();
-                let n = lines.sockets().len().min(poll::MAX_FDS - 1);
-                for (i, socket) in lines.sockets().iter().take(n).enumerate() {
-                    fds[1 + i] = (socket.as_raw_fd(), Interest::READABLE);
+                let n = lines.all().len().min(poll::MAX_FDS - 1);
+                for (i, socket) in lines.all().iter().take(n).enumerate() {
+                    fds[1 + i] = (socket.poll_fd(), Interest::READABLE);
                     leftovers[i] = socket.has_pending();
                 }
                 n
@@ -430,6 +438,7 @@ impl Daemon {
                     self.shared.set_mtu(mtu);
                 }
                 pmtu::refresh_ceilings(&self.shared, now);
+                tcp_lines::sort_out_connections(&self.shared.lines(), &self.shared.device());
             }
         }
         Ok(())
@@ -499,7 +508,7 @@ impl Daemon {
 
     fn snapshot(&self) -> crate::uapi::DeviceSnapshot {
         let all_sockets =
-            |on: fn(&UdpSocket) -> bool| u64::from(self.shared.lines().sockets().iter().all(on));
+            |on: fn(&UdpSocket) -> bool| u64::from(self.shared.lines().udp_sockets().all(on));
         let io = [
             ("tun_dropped", self.shared.tun.dropped()),
             ("udp_dropped", self.shared.lines().dropped()),

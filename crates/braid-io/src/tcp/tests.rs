@@ -1,0 +1,194 @@
+//! A listening and a connecting line on loopback: datagrams of every size
+//! cross in both directions whole and in order, and the connecting line
+//! opens a new connection by itself when the listener drops the old one.
+
+use super::*;
+use crate::poll::{self, Interest};
+use std::net::SocketAddrV4;
+
+/// Generous bound on poll rounds; a healthy run needs a handful.
+const ROUNDS: usize = 2000;
+
+fn datagram(n: usize) -> Vec<u8> {
+    let len = 1 + (n * 97) % 1500;
+    (0..len).map(|i| (i + n) as u8).collect()
+}
+
+fn batch_of(range: std::ops::Range<usize>, to: SocketAddr, line: u16) -> PacketBatch {
+    let mut batch = PacketBatch::new(range.len(), 2048);
+    for n in range {
+        let d = datagram(n);
+        batch.push_with(0, to, |slot| {
+            slot[..d.len()].copy_from_slice(&d);
+            d.len()
+        });
+        let last = batch.len() - 1;
+        batch.set_line(last, line);
+    }
+    batch
+}
+
+/// Receives on `line` until `want` datagrams arrived, driving `other`
+/// too (its connection handshake or backlog).
+fn receive(line: &TcpLine, other: &TcpLine, want: usize) -> Vec<(Vec<u8>, SocketAddr)> {
+    let mut got = Vec::new();
+    let mut batch = PacketBatch::new(64, 2048);
+    for _ in 0..ROUNDS {
+        if got.len() >= want {
+            break;
+        }
+        let fds = [
+            (line.as_raw_fd(), Interest::READABLE),
+            (other.as_raw_fd(), Interest::READABLE),
+        ];
+        let wait = if line.has_pending() {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(10)
+        };
+        poll::wait(&fds, Some(wait)).unwrap();
+        other.recv_batch(&mut batch, 9).unwrap();
+        assert_eq!(batch.len(), 0, "nothing was sent the other way");
+        line.recv_batch(&mut batch, 7).unwrap();
+        for i in 0..batch.len() {
+            assert_eq!(batch.line(i), 7);
+            got.push((batch.packet(i).to_vec(), batch.addr(i)));
+        }
+    }
+    got
+}
+
+/// Drives both lines until `connecting` has an established connection.
+fn settle(listening: &TcpLine, connecting: &TcpLine) {
+    let mut batch = PacketBatch::new(8, 2048);
+    for _ in 0..ROUNDS {
+        let fds = [
+            (listening.as_raw_fd(), Interest::READABLE),
+            (connecting.as_raw_fd(), Interest::READABLE),
+        ];
+        poll::wait(&fds, Some(Duration::from_millis(10))).unwrap();
+        listening.recv_batch(&mut batch, 0).unwrap();
+        connecting.recv_batch(&mut batch, 0).unwrap();
+        let established = lock(&connecting.table)
+            .connections
+            .iter()
+            .any(|c| c.is_established());
+        if established && listening.connections() > 0 {
+            return;
+        }
+    }
+    panic!("no connection between the lines");
+}
+
+#[test]
+fn datagrams_cross_both_ways_and_the_connecting_line_reconnects() {
+    let listening = TcpLine::listen(0, 0).unwrap();
+    let port = listening.local_port().unwrap();
+    let server = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let connecting = TcpLine::connect(server, None, None, 0).unwrap();
+    settle(&listening, &connecting);
+
+    // Client to server: the address on arrival is the client's.
+    for chunk in [0..100, 100..300] {
+        let len = chunk.len();
+        let sent = connecting
+            .send_batch_on_line(&batch_of(chunk, server, 3), 3)
+            .unwrap();
+        assert_eq!(sent, len);
+    }
+    let got = receive(&listening, &connecting, 300);
+    assert_eq!(got.len(), 300);
+    let client = got[0].1;
+    for (n, (bytes, from)) in got.iter().enumerate() {
+        assert_eq!(bytes, &datagram(n), "datagram {n}");
+        assert_eq!(*from, client);
+    }
+
+    // Server to client, addressed by what arrived; other lines' datagrams
+    // and unknown addresses are not sent.
+    let mut reply = batch_of(0..50, client, 1);
+    reply.set_line(0, 2);
+    assert_eq!(listening.send_batch_on_line(&reply, 1).unwrap(), 49);
+    let stranger = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9));
+    assert_eq!(
+        listening
+            .send_batch_on_line(&batch_of(0..5, stranger, 1), 1)
+            .unwrap(),
+        0
+    );
+    assert_eq!(listening.dropped(), 5);
+    let got = receive(&connecting, &listening, 49);
+    assert_eq!(got.len(), 49);
+    for (k, (bytes, from)) in got.iter().enumerate() {
+        assert_eq!(bytes, &datagram(k + 1));
+        assert_eq!(*from, server, "tagged with the endpoint it connected to");
+    }
+
+    // The listener drops the connection: the connecting line notices the
+    // end of the stream and opens a new one.
+    {
+        let mut table = lock(&listening.table);
+        for c in &table.connections {
+            c.break_off();
+        }
+        listening.close_broken(&mut table);
+    }
+    let mut batch = PacketBatch::new(8, 2048);
+    for _ in 0..ROUNDS {
+        if connecting.connections_opened() >= 2 && listening.connections_opened() >= 2 {
+            break;
+        }
+        let fds = [
+            (listening.as_raw_fd(), Interest::READABLE),
+            (connecting.as_raw_fd(), Interest::READABLE),
+        ];
+        poll::wait(&fds, Some(Duration::from_millis(10))).unwrap();
+        listening.recv_batch(&mut batch, 0).unwrap();
+        connecting.recv_batch(&mut batch, 0).unwrap();
+    }
+    assert_eq!(connecting.connections_opened(), 2, "reconnected once");
+    settle(&listening, &connecting);
+    connecting
+        .send_batch_on_line(&batch_of(0..10, server, 3), 3)
+        .unwrap();
+    let got = receive(&listening, &connecting, 10);
+    assert_eq!(got.len(), 10);
+    assert_ne!(got[0].1, client, "a new connection, a new source port");
+}
+
+#[test]
+fn strangers_make_room_for_them_not_for_an_authenticated_peer() {
+    let listening = TcpLine::listen(0, 0).unwrap();
+    let port = listening.local_port().unwrap();
+    let server = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let connecting = TcpLine::connect(server, None, None, 0).unwrap();
+    settle(&listening, &connecting);
+    connecting
+        .send_batch_on_line(&batch_of(0..1, server, 0), 0)
+        .unwrap();
+    let peer = receive(&listening, &connecting, 1)[0].1;
+    listening.sort_out(|addr| addr == peer);
+    assert_eq!(listening.authenticated_connections(), 1);
+
+    let strangers: Vec<TcpStream> = (0..MAX_CONNECTIONS + 5)
+        .map(|_| TcpStream::connect(server).unwrap())
+        .collect();
+    let mut batch = PacketBatch::new(8, 2048);
+    for _ in 0..ROUNDS {
+        if listening.connections_opened() as usize > strangers.len() {
+            break;
+        }
+        poll::wait(
+            &[(listening.as_raw_fd(), Interest::READABLE)],
+            Some(Duration::from_millis(10)),
+        )
+        .unwrap();
+        listening.recv_batch(&mut batch, 0).unwrap();
+    }
+    assert_eq!(listening.connections(), MAX_CONNECTIONS);
+    assert_eq!(listening.authenticated_connections(), 1, "the peer stays");
+    connecting
+        .send_batch_on_line(&batch_of(1..2, server, 0), 0)
+        .unwrap();
+    assert_eq!(receive(&listening, &connecting, 1)[0].0, datagram(1));
+}

@@ -1,0 +1,213 @@
+//! TCP transport in the daemon: which TCP lines a config needs and how a
+//! line, UDP or TCP, is driven.
+//!
+//! A peer with `Transport = tcp` reaches its `Endpoint` (and its paths
+//! without a `transport=` of their own) over TCP; a `Path = … transport=tcp`
+//! line does so for one path. Each such (bind, endpoint) gets a connecting
+//! [`TcpLine`] that keeps its connection up by itself. An interface with a
+//! TCP peer and a configured `ListenPort` also accepts TCP connections on
+//! that port: one listening line for all peers, whose datagrams the core
+//! attributes to a peer by authenticating them, exactly as for UDP.
+
+use super::lines::Lines;
+use crate::config::{Bind, Config, PathConfig, PeerConfig, Transport};
+use braid_core::batch::PacketBatch;
+use braid_core::device::Device;
+use braid_core::peer::{PeerId, ENDPOINT_PATH};
+use braid_io::{TcpLine, UdpSocket};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// What a TCP line is for, so that paths sharing it find it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpRole {
+    Listen,
+    Connect(Option<Bind>, SocketAddr),
+}
+
+/// One local line of the interface.
+pub enum Line {
+    Udp(UdpSocket),
+    Tcp(TcpRole, TcpLine),
+}
+
+impl Line {
+    /// The descriptor that is readable when [`recv`](Self::recv) has work.
+    pub fn poll_fd(&self) -> RawFd {
+        match self {
+            Line::Udp(s) => s.as_raw_fd(),
+            Line::Tcp(_, t) => t.as_raw_fd(),
+        }
+    }
+
+    /// Datagrams already in user space that no poll will report.
+    pub fn has_pending(&self) -> bool {
+        match self {
+            Line::Udp(s) => s.has_pending(),
+            Line::Tcp(_, t) => t.has_pending(),
+        }
+    }
+
+    /// Receives one batch, each datagram tagged with `line`.
+    pub fn recv(&self, line: u16, batch: &mut PacketBatch) -> io::Result<usize> {
+        match self {
+            Line::Udp(s) => {
+                let n = s.recv_batch(batch)?;
+                if line != 0 {
+                    for i in 0..n {
+                        batch.set_line(i, line);
+                    }
+                }
+                Ok(n)
+            }
+            Line::Tcp(_, t) => t.recv_batch(batch, line),
+        }
+    }
+
+    pub fn send(&self, line: u16, batch: &PacketBatch) -> io::Result<usize> {
+        match self {
+            Line::Udp(s) => s.send_batch_on_line(batch, line),
+            Line::Tcp(_, t) => t.send_batch_on_line(batch, line),
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        match self {
+            Line::Udp(s) => s.dropped(),
+            Line::Tcp(_, t) => t.dropped(),
+        }
+    }
+
+    pub fn udp(&self) -> Option<&UdpSocket> {
+        match self {
+            Line::Udp(s) => Some(s),
+            Line::Tcp(..) => None,
+        }
+    }
+}
+
+fn uses_tcp(peer: &PeerConfig) -> bool {
+    peer.transport == Transport::Tcp
+        || peer
+            .paths
+            .iter()
+            .any(|p| peer.path_transport(p) == Transport::Tcp)
+}
+
+/// Opens the TCP lines `cfg` needs: a listener on `listen_port` when a peer
+/// uses TCP and the config sets a port, and a connecting line per TCP
+/// endpoint. `fwmark` (0: none) marks their sockets.
+pub fn open(lines: &mut Lines, cfg: &Config, listen_port: u16, fwmark: u32) -> io::Result<()> {
+    if !cfg.peers.iter().any(uses_tcp) {
+        return Ok(());
+    }
+    if cfg.interface.listen_port.is_some_and(|p| p != 0) {
+        let listener = TcpLine::listen(listen_port, fwmark)?;
+        lines.push(Line::Tcp(TcpRole::Listen, listener));
+    }
+    for peer in &cfg.peers {
+        if peer.transport == Transport::Tcp {
+            if let Some(ep) = &peer.endpoint {
+                let remote = ep.resolve().map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot resolve endpoint {ep}: {e}"))
+                })?;
+                connect_line(lines, None, remote, fwmark)?;
+            }
+        }
+        for path in &peer.paths {
+            if peer.path_transport(path) == Transport::Tcp {
+                connect_line(lines, path.bind.as_ref(), resolve(path)?, fwmark)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn resolve(path: &PathConfig) -> io::Result<SocketAddr> {
+    path.endpoint.resolve().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("path {}: cannot resolve {}: {e}", path.name, path.endpoint),
+        )
+    })
+}
+
+/// The connecting line to `remote` through `bind`, opened on first use.
+fn connect_line(
+    lines: &mut Lines,
+    bind: Option<&Bind>,
+    remote: SocketAddr,
+    fwmark: u32,
+) -> io::Result<u16> {
+    let role = TcpRole::Connect(bind.cloned(), remote);
+    if let Some(i) = find(lines, &role) {
+        return Ok(i);
+    }
+    let (device, local) = match bind {
+        None => (None, None),
+        Some(Bind::Interface(dev)) => (Some(dev.clone()), None),
+        Some(Bind::Address(addr)) => (braid_io::netcfg::interface_with_address(*addr), Some(*addr)),
+    };
+    let line = TcpLine::connect(remote, device.as_deref(), local, fwmark)
+        .map_err(|e| io::Error::new(e.kind(), format!("TCP line to {remote}: {e}")))?;
+    Ok(lines.push(Line::Tcp(role, line)))
+}
+
+fn find(lines: &Lines, role: &TcpRole) -> Option<u16> {
+    lines
+        .all()
+        .iter()
+        .position(|l| matches!(l, Line::Tcp(r, _) if r == role))
+        .map(|i| i as u16)
+}
+
+/// The line of `path`: its TCP line (opened by [`open`]) when the path
+/// uses TCP, else the UDP line of its `bind=`.
+pub fn path_line(lines: &mut Lines, peer: &PeerConfig, path: &PathConfig) -> io::Result<u16> {
+    if peer.path_transport(path) == Transport::Udp {
+        return lines.line_for(path.bind.as_ref());
+    }
+    let role = TcpRole::Connect(path.bind.clone(), resolve(path)?);
+    find(lines, &role).ok_or_else(|| io::Error::other(format!("path {}: no TCP line", path.name)))
+}
+
+/// For a `Transport = tcp` peer, the `Endpoint` becomes the primary path on
+/// its TCP line (the UAPI `set` left it out: it would put it on UDP).
+pub fn add_endpoint_path(
+    device: &mut Device,
+    lines: &Lines,
+    pid: PeerId,
+    peer: &PeerConfig,
+) -> io::Result<()> {
+    let Some(ep) = peer
+        .endpoint
+        .as_ref()
+        .filter(|_| peer.transport == Transport::Tcp)
+    else {
+        return Ok(());
+    };
+    let remote = ep.resolve()?;
+    if let Some(line) = find(lines, &TcpRole::Connect(None, remote)) {
+        device.add_path(pid, ENDPOINT_PATH, line, remote);
+    }
+    Ok(())
+}
+
+/// Tells each listening TCP line which of its connections carry an
+/// authenticated peer: those whose address the core knows as a path on
+/// that line. The others are closed after a grace period and are the first
+/// to go when a line has too many connections.
+pub fn sort_out_connections(lines: &Lines, device: &Device) {
+    for (i, line) in lines.all().iter().enumerate() {
+        if let Line::Tcp(TcpRole::Listen, tcp) = line {
+            tcp.sort_out(|addr| {
+                device.peer_ids().any(|pid| {
+                    device
+                        .peer(pid)
+                        .is_some_and(|p| p.find_path(i as u16, addr).is_some())
+                })
+            });
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! End-to-end TCP transport: two braid peers with `Transport = tcp` across
+//! a veth whose underlay drops every UDP datagram (nft in each namespace).
+//! The tunnel must carry ping and a checksummed transfer, and come back by
+//! itself after its TCP connection is destroyed (`ss -K`) on either side.
+//!
+//! ```text
+//!   netns a: braid, Endpoint = B:51821, Transport = tcp  (connects)
+//!   netns b: braid, ListenPort = 51821, Transport = tcp  (accepts)
+//!   underlay veth 198.18.X.0/24: nft drops udp in and out on both ends
+//! ```
+//!
+//! Needs root, `/dev/net/tun`, iproute2 (`ip`, `ss`), wireguard-tools,
+//! ping, socat, nft and sha256sum. See `common/mod.rs` for the topology
+//! and cleanup rules: the namespaces (and with them their nft rules) are
+//! deleted by their guards, also when the test fails.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+const TOOLS: &[&str] = &["ip", "ss", "wg", "ping", "socat", "nft", "sha256sum"];
+const PORT_B: u16 = 51821;
+const TRANSFER_PORT: u16 = 5556;
+const TRANSFER_BYTES: usize = 8 << 20;
+
+#[test]
+fn tcp_transport_through_an_underlay_that_drops_udp() {
+    let test = "tcp_transport";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va,
+        vb,
+        veth: _veth,
+    } = env.joined_pair();
+    block_udp(&nsa, &va);
+    block_udp(&nsb, &vb);
+    // The block works: a datagram towards B is dropped, and counted.
+    let probe = format!("UDP-SENDTO:198.18.{x}.2:{PORT_B}");
+    run_bounded_stdin(
+        nsa.cmd("socat").args(["-u", "-", &probe]),
+        Some("probe\n"),
+        SHORT,
+    );
+    assert!(
+        udp_dropped(&nsa) > 0,
+        "{test}: the nft rule did not drop UDP"
+    );
+    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(PORT_B),
+        address: vec![format!("{tb}/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("{ta}/32")],
+            braid_lines: vec!["Transport = tcp".into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        address: vec![format!("{ta}/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec![format!("{tb}/32")],
+            endpoint: Some(format!("198.18.{x}.2:{PORT_B}")),
+            braid_lines: vec!["Transport = tcp".into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    side_b.assert_up();
+    let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
+    side_a.assert_up();
+    let logs = || format!("{}\n{}", side_a.log_text(), side_b.log_text());
+
+    assert!(
+        ping_until_reply(&nsa, &tb, LONG),
+        "{test}: no reply from {tb} over the TCP transport\n{}",
+        logs()
+    );
+    let first = tunnel_connection(&nsa).expect("an established TCP connection to B's ListenPort");
+    transfer_and_compare(&env, &nsa, &nsb, &tb, "first");
+
+    // Destroy the connection on the connecting side: A must open a new one.
+    let out = nsa.run(
+        "ss",
+        &[
+            "-K",
+            "-tn",
+            "dst",
+            &format!("198.18.{x}.2"),
+            "dport",
+            "=",
+            &format!(":{PORT_B}"),
+        ],
+        SHORT,
+    );
+    assert!(out.ok(), "{test}: ss -K on A: {}", out.describe());
+    let second = wait_for_new_connection(&nsa, &first)
+        .unwrap_or_else(|| panic!("{test}: A did not reconnect after ss -K on A\n{}", logs()));
+    assert!(
+        ping_until_reply(&nsa, &tb, LONG),
+        "{test}: tunnel did not recover after the connection was killed on A\n{}",
+        logs()
+    );
+
+    // Destroy it on the accepting side: A learns from the reset and reconnects.
+    let out = nsb.run(
+        "ss",
+        &["-K", "-tn", "sport", "=", &format!(":{PORT_B}")],
+        SHORT,
+    );
+    assert!(out.ok(), "{test}: ss -K on B: {}", out.describe());
+    let third = wait_for_new_connection(&nsa, &second)
+        .unwrap_or_else(|| panic!("{test}: A did not reconnect after ss -K on B\n{}", logs()));
+    assert!(
+        ping_until_reply(&nsb, &ta, LONG),
+        "{test}: tunnel did not recover after the connection was killed on B\n{}",
+        logs()
+    );
+    transfer_and_compare(&env, &nsa, &nsb, &tb, "after-reconnect");
+    eprintln!("[{test}] A's connections to B: {first}, then {second}, then {third}");
+
+    // B closes accepted connections that no authenticated message came
+    // through after 20 s: a stranger's goes, the peer's stays.
+    let mut stranger = nsa.cmd("socat");
+    stranger.args(["-u", &format!("TCP:198.18.{x}.2:{PORT_B}"), "STDOUT"]);
+    let mut stranger = ChildGuard::spawn(stranger, "stranger", &env.path("stranger.log"));
+    let accepted = || {
+        nsb.run(
+            "ss",
+            &[
+                "-Htn",
+                "state",
+                "established",
+                "sport",
+                "=",
+                &format!(":{PORT_B}"),
+            ],
+            SHORT,
+        )
+        .stdout
+        .lines()
+        .count()
+    };
+    assert!(
+        wait_until(LONG, || accepted() == 2),
+        "{test}: the stranger's connection was not accepted"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(23));
+    assert!(
+        stranger.wait_exit(LONG).is_some() && accepted() == 1,
+        "{test}: B kept a connection that never authenticated\n{}",
+        logs()
+    );
+    assert_eq!(
+        tunnel_connection(&nsa).as_deref(),
+        Some(third.as_str()),
+        "{test}: the peer's connection did not survive B's sorting out of strangers\n{}",
+        logs()
+    );
+    let ping = ping(&nsa, &tb, 10);
+    assert!(
+        ping.received >= 8,
+        "{test}: ping through the reconnected tunnel lost too much: {}",
+        ping.output
+    );
+    side_a.down();
+    side_b.down();
+}
+
+/// Drops UDP in both directions on the namespace's underlay interface.
+fn block_udp(ns: &Netns, dev: &str) {
+    let rules = format!(
+        "table inet braid_udp_block {{\n\
+         \tchain in {{ type filter hook input priority 0; iifname \"{dev}\" meta l4proto udp counter drop; }}\n\
+         \tchain out {{ type filter hook output priority 0; oifname \"{dev}\" meta l4proto udp counter drop; }}\n\
+         }}\n"
+    );
+    let out = run_bounded_stdin(
+        ns.cmd("/usr/sbin/nft").args(["-f", "-"]),
+        Some(&rules),
+        SHORT,
+    );
+    assert!(out.ok(), "nft in {}: {}", ns.name, out.describe());
+}
+
+/// Packets the UDP block has dropped so far in `ns`.
+fn udp_dropped(ns: &Netns) -> u64 {
+    let out = ns.run(
+        "/usr/sbin/nft",
+        &["list", "table", "inet", "braid_udp_block"],
+        SHORT,
+    );
+    out.stdout
+        .split("packets ")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// The local address:port of A's established connection to B's port.
+fn tunnel_connection(ns: &Netns) -> Option<String> {
+    let out = ns.run(
+        "ss",
+        &[
+            "-Htn",
+            "state",
+            "established",
+            "dport",
+            "=",
+            &format!(":{PORT_B}"),
+        ],
+        SHORT,
+    );
+    out.stdout
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(2))
+        .map(str::to_string)
+}
+
+/// Waits for an established connection other than `old`.
+fn wait_for_new_connection(ns: &Netns, old: &str) -> Option<String> {
+    let mut found = None;
+    wait_until(LONG, || {
+        found = tunnel_connection(ns).filter(|c| c != old);
+        found.is_some()
+    });
+    found
+}
+
+/// Sends a random file from A to B through the tunnel with socat and
+/// compares SHA-256 sums.
+fn transfer_and_compare(env: &TestEnv, nsa: &Netns, nsb: &Netns, tb: &str, tag: &str) {
+    let src = env.path(&format!("transfer-{tag}.in"));
+    let dst = env.path(&format!("transfer-{tag}.out"));
+    let mut data = vec![0u8; TRANSFER_BYTES];
+    getrandom(&mut data);
+    std::fs::write(&src, &data).expect("write transfer source");
+    let mut server = nsb.cmd("socat");
+    server.args([
+        "-u",
+        &format!("TCP-LISTEN:{TRANSFER_PORT},reuseaddr,bind={tb}"),
+        &format!("CREATE:{}", dst.display()),
+    ]);
+    let mut server = ChildGuard::spawn(
+        server,
+        "socat receiver",
+        &env.path(&format!("socat-{tag}.log")),
+    );
+    let listening = wait_until(LONG, || {
+        nsb.run(
+            "ss",
+            &["-Hltn", &format!("sport = :{TRANSFER_PORT}")],
+            SHORT,
+        )
+        .stdout
+        .contains(&TRANSFER_PORT.to_string())
+    });
+    assert!(
+        listening,
+        "socat receiver did not listen: {}",
+        server.log_text()
+    );
+    let out = nsa.run(
+        "socat",
+        &[
+            "-u",
+            &format!("OPEN:{}", src.display()),
+            &format!("TCP:{tb}:{TRANSFER_PORT},connect-timeout=5"),
+        ],
+        LONG,
+    );
+    assert!(out.ok(), "transfer {tag}: {}", out.describe());
+    assert!(
+        server.wait_exit(LONG).is_some(),
+        "socat receiver did not finish: {}",
+        server.log_text()
+    );
+    assert_eq!(
+        sha256(&src),
+        sha256(&dst),
+        "transfer {tag}: contents differ"
+    );
+}
+
+fn sha256(path: &Path) -> String {
+    let out = run("sha256sum", &[&path.to_string_lossy()], SHORT).expect_ok("sha256sum");
+    out.stdout
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn getrandom(buf: &mut [u8]) {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(buf))
+        .expect("read /dev/urandom");
+}
