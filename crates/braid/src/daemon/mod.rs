@@ -46,6 +46,10 @@ const RECV_BATCHES_PER_WAKE: usize = 8;
 pub const MAX_MTU: u32 = 9000;
 /// How often housekeeping (link still there? MTU changed?) runs.
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
+/// How often the TUN MTU and the too-big limit are brought in line with
+/// the paths' discovery: often enough to follow a black hole at once, rare
+/// enough that a busy receive loop does not scan every peer per batch.
+const PATH_MTU_FOLLOW: Duration = Duration::from_millis(100);
 
 macro_rules! log {
     ($name:expr, $($arg:tt)*) => {
@@ -385,6 +389,7 @@ impl Daemon {
 
     fn main_loop(&mut self) -> std::io::Result<()> {
         let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
+        let mut next_mtu_follow = Instant::now();
         while !background::stop_requested() && !self.shared.stopping() {
             let now = Instant::now();
             let deadline = self
@@ -425,7 +430,10 @@ impl Daemon {
             }
             let now = Instant::now();
             self.shared.device().handle_timeout(now);
-            pmtu::follow(&self.shared, &self.name);
+            if now >= next_mtu_follow {
+                next_mtu_follow = now + PATH_MTU_FOLLOW;
+                pmtu::follow(&self.shared, &self.name);
+            }
             self.write_released()?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
             if now >= next_housekeeping {
