@@ -18,4 +18,5 @@ pub mod peer;
 pub mod reorder;
 pub mod replay;
 pub mod session;
+pub mod shaper;
 pub mod timers;

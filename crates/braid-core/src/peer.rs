@@ -41,6 +41,10 @@ pub struct PeerCounters {
     pub staged_dropped: u64,
     /// braid extension messages that failed authentication or were replays.
     pub ext_rejected: u64,
+    /// Packets to this peer dropped for exceeding its `RateLimit`.
+    pub rate_dropped_tx: u64,
+    /// Packets from this peer dropped for exceeding its `RateLimit`.
+    pub rate_dropped_rx: u64,
 }
 
 pub struct Peer {
@@ -61,6 +65,8 @@ pub struct Peer {
     /// Local index of the session the window follows (counters restart
     /// with every session).
     pub reorder_session: Option<u32>,
+    /// `RateLimit =`: one token bucket per direction; `None`: unlimited.
+    pub rate_limit: Option<crate::shaper::RateLimit>,
     pub persistent_keepalive: u16,
     pub cookie: CookieState,
     pub keypairs: Keypairs,
@@ -114,6 +120,7 @@ impl Peer {
             hellos_left: 0,
             reorder: ReorderWindow::new(ReorderConfig::default()),
             reorder_session: None,
+            rate_limit: None,
             persistent_keepalive: 0,
             cookie: CookieState::new(&public),
             keypairs: Keypairs::default(),

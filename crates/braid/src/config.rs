@@ -88,6 +88,8 @@ pub struct PeerConfig {
     pub reorder_capacity: Option<usize>,
     /// braid: this peer's `Cipher =`; `None` follows the interface's.
     pub cipher: Option<CipherPolicy>,
+    /// braid: `RateLimit =` in bits per second, each direction.
+    pub rate_limit: Option<u64>,
 }
 
 /// One `Path =` line: a local line (interface or source address, or the
@@ -318,6 +320,7 @@ struct PeerBuilder {
     reorder_hold: Slot<Duration>,
     reorder_capacity: Slot<usize>,
     cipher: Slot<CipherPolicy>,
+    rate_limit: Slot<u64>,
 }
 
 enum Section {
@@ -450,6 +453,12 @@ impl PeerBuilder {
                     .and_then(|v| usize::try_from(v).ok())
                     .filter(|v| (1..=MAX_REORDER_CAPACITY).contains(v))
                     .ok_or_else(|| format!("invalid capacity {value:?} (expected 1-{MAX_REORDER_CAPACITY} packets)")),
+                line,
+            ),
+            "ratelimit" => set_once(
+                &mut self.rate_limit,
+                "RateLimit",
+                braid_core::shaper::parse_rate(value),
                 line,
             ),
             _ => Err(key_err(raw_key, "unknown key in [Peer] section")),
@@ -604,6 +613,7 @@ impl Parser<'_> {
                 reorder_hold: p.reorder_hold.map(|v| v.0),
                 reorder_capacity: p.reorder_capacity.map(|v| v.0),
                 cipher: p.cipher.map(|v| v.0),
+                rate_limit: p.rate_limit.map(|v| v.0),
             });
         }
         Ok(Config {
@@ -990,6 +1000,9 @@ mod tests {
             }),
             ("[Peer]\nPublicKey={PEER}\n[Interface]\nPrivateKey={SK}", |c| c.peers.len() == 1),
             ("[Interface]\nPrivateKey={SK}", |c| c.interface.mss_fix == MssFix::Auto),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 50mbit", |c| c.peers[0].rate_limit == Some(50_000_000)),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nratelimit=1.5Gbit", |c| c.peers[0].rate_limit == Some(1_500_000_000)),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}", |c| c.peers[0].rate_limit.is_none()),
             ("[Interface]\nPrivateKey={SK}\nMssFix = AUTO", |c| c.interface.mss_fix == MssFix::Auto),
             ("[Interface]\nPrivateKey={SK}\nmssfix=off", |c| c.interface.mss_fix == MssFix::Off),
             ("[Interface]\nPrivateKey={SK}\nMssFix = 1000", |c| c.interface.mss_fix == MssFix::Fixed(1000)),
@@ -1056,6 +1069,11 @@ mod tests {
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 3 weeks", Some(5), Some("ReorderHold"), "unknown unit"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 60s", Some(5), Some("ReorderHold"), "above the maximum"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderCapacity = 0", Some(5), Some("ReorderCapacity"), "expected 1-65536"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 50", Some(5), Some("RateLimit"), "needs a unit"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 50mbps", Some(5), Some("RateLimit"), "bytes per second"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 0mbit", Some(5), Some("RateLimit"), "outside"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 1mbit\nRateLimit = 2mbit", Some(6), Some("RateLimit"), "duplicate key (already set on line 5)"),
+            ("[Interface]\nPrivateKey={SK}\nRateLimit = 1mbit", Some(3), Some("RateLimit"), "unknown key in [Interface]"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=2001:db8::1:51820", Some(5), Some("Endpoint"), "invalid endpoint"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host", Some(5), Some("Endpoint"), "invalid endpoint"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host:99999", Some(5), Some("Endpoint"), "invalid endpoint"),

@@ -93,6 +93,8 @@ pub struct PeerInfo {
     pub last_handshake: Option<SystemTime>,
     pub allowed_ips: Vec<(IpAddr, u8)>,
     pub counters: crate::peer::PeerCounters,
+    /// `RateLimit =` in bits per second, each direction.
+    pub rate_limit_bits: Option<u64>,
 }
 
 pub struct Device {
@@ -312,6 +314,13 @@ impl Device {
             .is_some_and(|p| p.add_path(name, line, remote))
     }
 
+    /// `RateLimit =`: bits per second in each direction; `None` lifts it.
+    pub fn set_rate_limit(&mut self, pid: PeerId, rate_bits: Option<u64>) {
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.rate_limit = rate_bits.map(crate::shaper::RateLimit::new);
+        }
+    }
+
     pub fn set_mode(&mut self, pid: PeerId, mode: crate::path::Mode) {
         if let Some(p) = self.peers[pid].as_mut() {
             p.mode = mode;
@@ -363,6 +372,7 @@ impl Device {
             last_handshake: p.last_handshake,
             allowed_ips: self.allowed.entries_for(pid),
             counters: p.counters,
+            rate_limit_bits: p.rate_limit.as_ref().map(|r| r.rate_bits()),
         })
     }
 

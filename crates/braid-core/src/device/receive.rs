@@ -221,9 +221,19 @@ impl Device {
             match inner_packet(self, pid, plain) {
                 Some(len) => {
                     let p = self.peers[pid].as_mut()?;
-                    p.counters.rx_packets += 1;
                     p.on_data_received(now);
-                    len
+                    // Policed after authentication, so only the peer itself
+                    // can spend its tokens; the drop makes its TCP back off.
+                    if p.rate_limit
+                        .as_mut()
+                        .is_some_and(|r| !r.inbound.admit(now, len))
+                    {
+                        p.counters.rate_dropped_rx += 1;
+                        0
+                    } else {
+                        p.counters.rx_packets += 1;
+                        len
+                    }
                 }
                 None => {
                     self.peers[pid].as_mut()?.counters.disallowed_source += 1;

@@ -64,6 +64,14 @@ impl Device {
             };
             let mtu = self.mtu;
             let p = self.peers[pid].as_mut().expect("routed peer exists");
+            if p.rate_limit
+                .as_mut()
+                .is_some_and(|r| !r.outbound.admit(now, len))
+            {
+                p.counters.rate_dropped_tx += 1;
+                batch.consume(i);
+                continue;
+            }
             let sendable = p.staged.is_empty()
                 && !p.paths.is_empty()
                 && p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));

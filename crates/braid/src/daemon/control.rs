@@ -250,6 +250,13 @@ pub fn snapshot(
                 info.reorder_hold.as_micros() as u64,
             ),
         ]);
+        if let Some(rate) = info.rate_limit_bits {
+            p.extra.extend([
+                ("rate_limit_bits".to_string(), rate),
+                ("rate_dropped_tx".to_string(), k.rate_dropped_tx),
+                ("rate_dropped_rx".to_string(), k.rate_dropped_rx),
+            ]);
+        }
         p.mode = info.mode.name().to_string();
         p.cipher = info
             .cipher

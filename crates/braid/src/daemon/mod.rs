@@ -243,6 +243,7 @@ fn apply_multipath(
         };
         device.set_mode(pid, peer.mode);
         device.set_peer_cipher(pid, peer.cipher);
+        device.set_rate_limit(pid, peer.rate_limit);
         if peer.reorder_hold.is_some() || peer.reorder_capacity.is_some() {
             device.set_reorder(pid, peer.reorder_hold, peer.reorder_capacity);
         }

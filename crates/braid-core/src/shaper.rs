@@ -1,0 +1,324 @@
+//! Per-peer rate limiting (`RateLimit = 50mbit`): a token bucket per
+//! direction that drops what exceeds the rate instead of queueing it.
+//!
+//! Dropping rather than delaying is the point: a queue in front of a slow
+//! rate is exactly what makes a shaped VPN feel laggy (every packet waits
+//! behind the queue), while a drop tells the TCP sender to slow down within
+//! one round trip. The bucket's depth (the burst) is small, so at most a
+//! few milliseconds of traffic can pass above the rate at once.
+//!
+//! The bucket is kept as a virtual clock: `full_at` is the moment it would
+//! be full again. A packet costs its transmission time at the rate, and may
+//! pass when the bucket, after paying, would still be no more than `burst`
+//! behind the present. This is the same as counting tokens, with integer
+//! nanoseconds and no refill step.
+
+use std::time::{Duration, Instant};
+
+/// Lowest accepted rate (below this a single full-size packet would take
+/// longer than a second).
+pub const MIN_RATE_BITS: u64 = 8_000;
+/// Highest accepted rate (beyond any line braid drives).
+pub const MAX_RATE_BITS: u64 = 1_000_000_000_000;
+/// How much traffic above the rate may pass at once, as time at the rate.
+pub const BURST_TIME: Duration = Duration::from_millis(5);
+/// The burst is never smaller than this, so a few full-size packets (and a
+/// split TSO super-packet's first segments) always fit even at low rates.
+pub const MIN_BURST_BYTES: u64 = 32 * 1024;
+
+/// One direction's bucket.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    rate_bits: u64,
+    /// Bucket depth in nanoseconds of transmission at the rate.
+    depth_ns: u64,
+    /// When the bucket is full again; `None` until the first packet.
+    full_at: Option<Instant>,
+}
+
+impl TokenBucket {
+    /// A bucket for `rate_bits` bits per second holding `burst_bytes`.
+    pub fn new(rate_bits: u64, burst_bytes: u64) -> TokenBucket {
+        let rate_bits = rate_bits.max(1);
+        TokenBucket {
+            rate_bits,
+            depth_ns: cost_ns(rate_bits, burst_bytes),
+            full_at: None,
+        }
+    }
+
+    /// A bucket with braid's default burst for this rate.
+    pub fn with_default_burst(rate_bits: u64) -> TokenBucket {
+        TokenBucket::new(rate_bits, default_burst_bytes(rate_bits))
+    }
+
+    pub fn rate_bits(&self) -> u64 {
+        self.rate_bits
+    }
+
+    /// Takes the tokens for a packet of `bytes` if there are enough; false
+    /// means the packet is over the rate and must be dropped.
+    pub fn admit(&mut self, now: Instant, bytes: usize) -> bool {
+        let start = match self.full_at {
+            Some(t) if t > now => t,
+            _ => now,
+        };
+        let after = start + Duration::from_nanos(cost_ns(self.rate_bits, bytes as u64));
+        if after.saturating_duration_since(now) > Duration::from_nanos(self.depth_ns) {
+            return false;
+        }
+        self.full_at = Some(after);
+        true
+    }
+}
+
+/// Nanoseconds that `bytes` take at `rate_bits` per second (rounded up, so
+/// many small packets cannot sneak past the rate through rounding).
+fn cost_ns(rate_bits: u64, bytes: u64) -> u64 {
+    let ns = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(rate_bits));
+    u64::try_from(ns).unwrap_or(u64::MAX)
+}
+
+/// `BURST_TIME` of traffic at the rate, at least `MIN_BURST_BYTES`.
+pub fn default_burst_bytes(rate_bits: u64) -> u64 {
+    let burst = u128::from(rate_bits) * BURST_TIME.as_nanos() / 8 / 1_000_000_000;
+    u64::try_from(burst)
+        .unwrap_or(u64::MAX)
+        .max(MIN_BURST_BYTES)
+}
+
+/// A peer's limit: the same rate for what we send it and what it sends us,
+/// each direction with its own bucket.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    pub outbound: TokenBucket,
+    pub inbound: TokenBucket,
+}
+
+impl RateLimit {
+    pub fn new(rate_bits: u64) -> RateLimit {
+        RateLimit {
+            outbound: TokenBucket::with_default_burst(rate_bits),
+            inbound: TokenBucket::with_default_burst(rate_bits),
+        }
+    }
+
+    pub fn rate_bits(&self) -> u64 {
+        self.outbound.rate_bits()
+    }
+}
+
+/// Parses a rate the way `tc` writes it: a number and a unit in bits per
+/// second (`bit`, `kbit`, `mbit`, `gbit`; k = 1000), e.g. `50mbit`,
+/// `1.5gbit`. Byte units (`mbps` is megabytes in tc) are refused rather
+/// than guessed.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let unit = unit.trim_start().to_ascii_lowercase();
+    let scale: f64 = match unit.as_str() {
+        "bit" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        "" => return Err(format!("rate {s:?} needs a unit (kbit, mbit or gbit)")),
+        "bps" | "kbps" | "mbps" | "gbps" => {
+            return Err(format!(
+                "unit {unit:?} in {s:?} is bytes per second in tc's notation; \
+                 braid takes bits: use kbit, mbit or gbit"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?} (expected kbit, mbit or gbit)"
+            ))
+        }
+    };
+    let value: f64 = num
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| format!("invalid rate {s:?} (expected e.g. 50mbit)"))?;
+    let bits = (value * scale).round();
+    if bits < MIN_RATE_BITS as f64 || bits > MAX_RATE_BITS as f64 {
+        return Err(format!(
+            "rate {s:?} is outside {} to {}",
+            format_rate(MIN_RATE_BITS),
+            format_rate(MAX_RATE_BITS)
+        ));
+    }
+    Ok(bits as u64)
+}
+
+/// A rate in the largest unit that keeps it readable: `50mbit`, `1.5gbit`.
+pub fn format_rate(bits: u64) -> String {
+    let (scale, unit) = match bits {
+        b if b >= 1_000_000_000 => (1e9, "gbit"),
+        b if b >= 1_000_000 => (1e6, "mbit"),
+        b if b >= 1_000 => (1e3, "kbit"),
+        _ => (1.0, "bit"),
+    };
+    let v = bits as f64 / scale;
+    if v.fract() == 0.0 {
+        format!("{v:.0}{unit}")
+    } else {
+        format!("{}{unit}", format!("{v:.3}").trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MBIT: u64 = 1_000_000;
+
+    /// Offers `packet`-byte packets every `gap` for `span`, returns the
+    /// bytes admitted.
+    fn offer(
+        bucket: &mut TokenBucket,
+        start: Instant,
+        gap: Duration,
+        span: Duration,
+        packet: usize,
+    ) -> u64 {
+        let mut t = start;
+        let mut passed = 0u64;
+        while t < start + span {
+            if bucket.admit(t, packet) {
+                passed += packet as u64;
+            }
+            t += gap;
+        }
+        passed
+    }
+
+    #[test]
+    fn long_run_rate_is_the_set_rate_when_offered_more() {
+        let start = Instant::now();
+        let mut b = TokenBucket::with_default_burst(50 * MBIT);
+        // 1420-byte packets every 50 µs = 227 Mbit/s offered, for 10 s.
+        let secs = 10;
+        let passed = offer(
+            &mut b,
+            start,
+            Duration::from_micros(50),
+            Duration::from_secs(secs),
+            1420,
+        );
+        let rate = passed as f64 * 8.0 / secs as f64;
+        let burst_bits = default_burst_bytes(50 * MBIT) as f64 * 8.0 / secs as f64;
+        assert!(rate <= 50e6 + burst_bits, "{rate}");
+        assert!(rate >= 50e6 * 0.99, "{rate}");
+    }
+
+    #[test]
+    fn below_the_rate_nothing_is_dropped() {
+        let start = Instant::now();
+        let mut b = TokenBucket::with_default_burst(50 * MBIT);
+        // 1420 bytes every 250 µs = 45.4 Mbit/s.
+        let span = Duration::from_secs(5);
+        let gap = Duration::from_micros(250);
+        let passed = offer(&mut b, start, gap, span, 1420);
+        let offered = (span.as_micros() / gap.as_micros()) as u64 * 1420;
+        assert_eq!(passed, offered);
+    }
+
+    #[test]
+    fn a_burst_passes_up_to_the_depth_then_refills_at_the_rate() {
+        let start = Instant::now();
+        let burst = 32 * 1024;
+        let mut b = TokenBucket::new(8 * MBIT, burst); // 1 byte per µs
+        let mut passed = 0;
+        while b.admit(start, 1000) {
+            passed += 1000;
+        }
+        assert!(passed <= burst && passed > burst - 1000, "{passed}");
+        // 768 bytes of tokens are left; the next 1000-byte packet fits once
+        // 232 µs have added the missing 232 bytes, and then no other does.
+        let left = burst - passed;
+        let refill = Duration::from_micros(1000 - left);
+        assert!(!b.admit(start + refill - Duration::from_micros(1), 1000));
+        assert!(b.admit(start + refill, 1000));
+        assert!(!b.admit(start + refill, 1000));
+        // Idle time refills, but never beyond the depth.
+        let later = start + Duration::from_secs(60);
+        let mut again = 0;
+        while b.admit(later, 1000) {
+            again += 1000;
+        }
+        assert_eq!(again, passed);
+    }
+
+    #[test]
+    fn time_going_backwards_does_not_mint_tokens() {
+        let start = Instant::now() + Duration::from_secs(1);
+        let mut b = TokenBucket::new(8 * MBIT, 32 * 1024);
+        while b.admit(start, 1000) {}
+        assert!(!b.admit(start - Duration::from_millis(500), 1000));
+    }
+
+    #[test]
+    fn a_packet_larger_than_the_burst_never_passes() {
+        let mut b = TokenBucket::new(8 * MBIT, 1000);
+        assert!(!b.admit(Instant::now(), 1001));
+        assert!(b.admit(Instant::now(), 1000));
+    }
+
+    #[test]
+    fn default_burst_scales_with_rate() {
+        assert_eq!(default_burst_bytes(MIN_RATE_BITS), MIN_BURST_BYTES);
+        assert_eq!(default_burst_bytes(50 * MBIT), MIN_BURST_BYTES); // 31 250 B
+        assert_eq!(default_burst_bytes(1000 * MBIT), 625_000);
+        assert!(default_burst_bytes(MAX_RATE_BITS) > 0);
+    }
+
+    #[test]
+    fn parse_rate_case_table() {
+        let good = [
+            ("50mbit", 50_000_000),
+            ("50Mbit", 50_000_000),
+            ("50 mbit", 50_000_000),
+            ("1.5gbit", 1_500_000_000),
+            ("100kbit", 100_000),
+            ("8000bit", 8_000),
+            ("1000gbit", 1_000_000_000_000),
+        ];
+        for (s, want) in good {
+            assert_eq!(parse_rate(s), Ok(want), "{s}");
+        }
+        let bad = [
+            ("50", "needs a unit"),
+            ("", "needs a unit"),
+            ("50mbps", "bytes per second"),
+            ("50kbps", "bytes per second"),
+            ("50mb", "unknown unit"),
+            ("fast", "unknown unit"),
+            ("mbit", "invalid rate"),
+            ("1.2.3mbit", "invalid rate"),
+            ("0mbit", "outside"),
+            ("7999bit", "outside"),
+            ("1001gbit", "outside"),
+            ("-5mbit", "unknown unit"),
+        ];
+        for (s, want) in bad {
+            let e = parse_rate(s).expect_err(s);
+            assert!(e.contains(want), "{s}: {e}");
+        }
+    }
+
+    #[test]
+    fn format_rate_round_trips() {
+        for (bits, s) in [
+            (50_000_000, "50mbit"),
+            (1_500_000_000, "1.5gbit"),
+            (100_000, "100kbit"),
+            (8_000, "8kbit"),
+            (12_345_000, "12.345mbit"),
+        ] {
+            assert_eq!(format_rate(bits), s);
+            assert_eq!(parse_rate(s), Ok(bits));
+        }
+    }
+}
