@@ -13,6 +13,7 @@
 //! behind the present. This is the same as counting tokens, with integer
 //! nanoseconds and no refill step.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Lowest accepted rate (below this a single full-size packet would take
@@ -23,8 +24,8 @@ pub const MAX_RATE_BITS: u64 = 1_000_000_000_000;
 /// How much traffic above the rate may pass at once, as time at the rate.
 pub const BURST_TIME: Duration = Duration::from_millis(5);
 /// The burst is never smaller than this, so a few full-size packets (and a
-/// split TSO super-packet's first segments) always fit even at low rates.
-pub const MIN_BURST_BYTES: u64 = 32 * 1024;
+/// the largest IP packet) always fit even at low rates.
+pub const MIN_BURST_BYTES: u64 = 64 * 1024;
 
 /// One direction's bucket.
 #[derive(Debug, Clone)]
@@ -70,6 +71,21 @@ impl TokenBucket {
         self.full_at = Some(after);
         true
     }
+
+    /// From when on `bytes` will be admitted (possibly already past);
+    /// `None` before the first packet, when any packet up to the burst is.
+    pub fn ready_at(&self, bytes: usize) -> Option<Instant> {
+        let full_at = self.full_at?;
+        let cost = Duration::from_nanos(cost_ns(self.rate_bits, bytes as u64));
+        let depth = Duration::from_nanos(self.depth_ns);
+        // admit() passes once full_at + cost - now <= depth.
+        Some((full_at + cost).checked_sub(depth).unwrap_or(full_at))
+    }
+
+    /// Whether a packet of `bytes` can ever pass (it fits in the bucket).
+    pub fn fits(&self, bytes: usize) -> bool {
+        cost_ns(self.rate_bits, bytes as u64) <= self.depth_ns
+    }
 }
 
 /// Nanoseconds that `bytes` take at `rate_bits` per second (rounded up, so
@@ -87,24 +103,143 @@ pub fn default_burst_bytes(rate_bits: u64) -> u64 {
         .max(MIN_BURST_BYTES)
 }
 
+/// What happened to a packet offered to a [`Shaper`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Within the rate: send or deliver it now.
+    Pass,
+    /// Over the rate but the short queue had room: it was copied there and
+    /// comes out of [`Shaper::release`] when its tokens are due.
+    Queued,
+    /// Over the rate and the queue is full: drop it.
+    Dropped,
+}
+
+/// One direction of a limited peer: the bucket and a short FIFO queue in
+/// front of it. The queue holds at most `QUEUE_TIME` of traffic at the rate,
+/// so it smooths a burst into the rate without ever adding more delay than
+/// that; what does not fit is dropped, which is the TCP sender's signal.
+#[derive(Debug, Clone)]
+pub struct Shaper {
+    bucket: TokenBucket,
+    queue: VecDeque<Vec<u8>>,
+    queued_bytes: usize,
+    limit_bytes: usize,
+    /// Buffers of released packets, reused so steady traffic allocates
+    /// nothing.
+    spare: Vec<Vec<u8>>,
+}
+
+impl Shaper {
+    pub fn new(rate_bits: u64) -> Shaper {
+        Shaper {
+            bucket: TokenBucket::with_default_burst(rate_bits),
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            limit_bytes: default_queue_bytes(rate_bits),
+            spare: Vec::new(),
+        }
+    }
+
+    pub fn rate_bits(&self) -> u64 {
+        self.bucket.rate_bits()
+    }
+
+    /// Packets waiting in the queue.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Decides about `packet`; a queued packet is copied, so the caller's
+    /// buffer is free again in every case.
+    pub fn offer(&mut self, now: Instant, packet: &[u8]) -> Verdict {
+        if self.queue.is_empty() && self.bucket.admit(now, packet.len()) {
+            return Verdict::Pass;
+        }
+        // A queued packet always has a release time: its admit failed on a
+        // bucket that had been used, unless it can never fit at all.
+        if !self.bucket.fits(packet.len()) || self.queued_bytes + packet.len() > self.limit_bytes {
+            return Verdict::Dropped;
+        }
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(packet);
+        self.queued_bytes += packet.len();
+        self.queue.push_back(buf);
+        Verdict::Queued
+    }
+
+    /// When the head of the queue may leave (`None`: the queue is empty).
+    pub fn next_release(&self) -> Option<Instant> {
+        let head = self.queue.front()?;
+        self.bucket.ready_at(head.len())
+    }
+
+    /// Empties the queue (no session to send it with); returns how many
+    /// packets were dropped.
+    pub fn clear(&mut self) -> usize {
+        let n = self.queue.len();
+        self.spare.extend(self.queue.drain(..));
+        self.queued_bytes = 0;
+        n
+    }
+
+    /// The head of the queue if its tokens are there; give the buffer back
+    /// with [`recycle`](Self::recycle) after use.
+    pub fn release(&mut self, now: Instant) -> Option<Vec<u8>> {
+        let head = self.queue.front()?;
+        if !self.bucket.admit(now, head.len()) {
+            return None;
+        }
+        let buf = self.queue.pop_front()?;
+        self.queued_bytes -= buf.len();
+        Some(buf)
+    }
+
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.spare.push(buf);
+    }
+}
+
+/// How much delay the queue may add at most.
+pub const QUEUE_TIME: Duration = Duration::from_millis(10);
+/// The queue always has room for a few full-size packets.
+pub const MIN_QUEUE_BYTES: usize = 8 * 1500;
+
+/// `QUEUE_TIME` of traffic at the rate, at least `MIN_QUEUE_BYTES`.
+pub fn default_queue_bytes(rate_bits: u64) -> usize {
+    let bytes = u128::from(rate_bits) * QUEUE_TIME.as_nanos() / 8 / 1_000_000_000;
+    usize::try_from(bytes)
+        .unwrap_or(usize::MAX)
+        .max(MIN_QUEUE_BYTES)
+}
+
 /// A peer's limit: the same rate for what we send it and what it sends us,
-/// each direction with its own bucket.
+/// each direction with its own bucket and queue.
 #[derive(Debug, Clone)]
 pub struct RateLimit {
-    pub outbound: TokenBucket,
-    pub inbound: TokenBucket,
+    pub outbound: Shaper,
+    pub inbound: Shaper,
 }
 
 impl RateLimit {
     pub fn new(rate_bits: u64) -> RateLimit {
         RateLimit {
-            outbound: TokenBucket::with_default_burst(rate_bits),
-            inbound: TokenBucket::with_default_burst(rate_bits),
+            outbound: Shaper::new(rate_bits),
+            inbound: Shaper::new(rate_bits),
         }
     }
 
     pub fn rate_bits(&self) -> u64 {
         self.outbound.rate_bits()
+    }
+
+    /// The earlier of the two queues' release times.
+    pub fn next_release(&self) -> Option<Instant> {
+        match (self.outbound.next_release(), self.inbound.next_release()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -276,9 +411,106 @@ mod tests {
     #[test]
     fn default_burst_scales_with_rate() {
         assert_eq!(default_burst_bytes(MIN_RATE_BITS), MIN_BURST_BYTES);
-        assert_eq!(default_burst_bytes(50 * MBIT), MIN_BURST_BYTES); // 31 250 B
+        assert_eq!(default_burst_bytes(50 * MBIT), MIN_BURST_BYTES); // 5 ms = 31 250 B
         assert_eq!(default_burst_bytes(1000 * MBIT), 625_000);
         assert!(default_burst_bytes(MAX_RATE_BITS) > 0);
+    }
+
+    /// Drives a shaper like the device does: packets offered every `gap`,
+    /// releases whenever due. Returns (bytes out, drops, longest wait).
+    fn run_shaper(
+        shaper: &mut Shaper,
+        start: Instant,
+        gap: Duration,
+        span: Duration,
+        packet: usize,
+    ) -> (u64, u64, Duration) {
+        let mut t = start;
+        let (mut out, mut drops, mut longest) = (0u64, 0u64, Duration::ZERO);
+        let mut waiting: VecDeque<Instant> = VecDeque::new();
+        let data = vec![7u8; packet];
+        while t < start + span {
+            while shaper.next_release().is_some_and(|r| r <= t) {
+                let buf = shaper.release(t).expect("due");
+                out += buf.len() as u64;
+                longest = longest.max(t - waiting.pop_front().expect("queued"));
+                shaper.recycle(buf);
+            }
+            match shaper.offer(t, &data) {
+                Verdict::Pass => out += packet as u64,
+                Verdict::Queued => waiting.push_back(t),
+                Verdict::Dropped => drops += 1,
+            }
+            t += gap;
+        }
+        (out, drops, longest)
+    }
+
+    #[test]
+    fn shaper_delivers_the_rate_with_bounded_delay() {
+        let start = origin();
+        let mut s = Shaper::new(50 * MBIT);
+        // 227 Mbit/s offered for 10 s.
+        let (out, drops, longest) = run_shaper(
+            &mut s,
+            start,
+            Duration::from_micros(50),
+            Duration::from_secs(10),
+            1420,
+        );
+        let rate = out as f64 * 8.0 / 10.0;
+        assert!(rate >= 50e6 * 0.99 && rate <= 50e6 * 1.01, "{rate}");
+        assert!(drops > 0);
+        // Never more than the queue's worth of delay (plus one packet gap).
+        assert!(
+            longest <= QUEUE_TIME + Duration::from_micros(300),
+            "{longest:?}"
+        );
+    }
+
+    #[test]
+    fn shaper_smooths_a_short_burst_without_drops() {
+        let start = origin();
+        let mut s = Shaper::new(50 * MBIT);
+        // 40 Mbit/s on average, sent as 8 back-to-back packets every 2.27 ms
+        // after the bucket is drained by a first burst.
+        let mut t = start;
+        let data = [1u8; 1420];
+        let mut drops = 0;
+        for _ in 0..2000 {
+            for _ in 0..8 {
+                while s.next_release().is_some_and(|r| r <= t) {
+                    let b = s.release(t).expect("due");
+                    s.recycle(b);
+                }
+                drops += u32::from(s.offer(t, &data) == Verdict::Dropped);
+            }
+            t += Duration::from_micros(2272);
+        }
+        assert_eq!(drops, 0);
+    }
+
+    #[test]
+    fn queue_keeps_order_and_clear_empties_it() {
+        let start = origin();
+        let mut s = Shaper::new(8 * MBIT);
+        let mut n = 0u8;
+        while s.offer(start, &[n; 1000]) == Verdict::Pass {
+            n += 1;
+        }
+        assert_eq!(s.offer(start, &[n + 1; 1000]), Verdict::Queued);
+        assert_eq!(s.queued(), 2);
+        assert!(s.release(start).is_none());
+        let due = s.next_release().expect("queued");
+        let first = s.release(due).expect("due");
+        assert_eq!(first[0], n);
+        s.recycle(first);
+        assert_eq!(s.clear(), 1);
+        assert_eq!(s.next_release(), None);
+        // A packet that can never fit is dropped, not queued forever.
+        let mut tiny = Shaper::new(MIN_RATE_BITS);
+        tiny.bucket = TokenBucket::new(MIN_RATE_BITS, 100);
+        assert_eq!(tiny.offer(start, &[0; 101]), Verdict::Dropped);
     }
 
     #[test]

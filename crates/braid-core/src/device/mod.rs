@@ -124,6 +124,9 @@ pub struct Device {
     /// The interface's `Cipher =` and whether this CPU has AES instructions.
     cipher: CipherPolicy,
     aes_hardware: bool,
+    /// The `now` of the latest handle_timeout: poll_tun (which takes no
+    /// time) releases rate-limited inbound packets due by then.
+    shaper_clock: Instant,
     pub counters: DeviceCounters,
 }
 
@@ -153,6 +156,7 @@ impl Device {
             extensions: true,
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),
+            shaper_clock: now,
             counters: DeviceCounters::default(),
         }
     }
@@ -383,14 +387,34 @@ impl Device {
         self.peers
             .iter()
             .flatten()
-            .flat_map(|p| [p.timers.next(), p.reorder.poll_timeout()])
+            .flat_map(|p| {
+                let shaper = p.rate_limit.as_ref().and_then(|r| r.next_release());
+                [p.timers.next(), p.reorder.poll_timeout(), shaper]
+            })
             .flatten()
             .min()
     }
 
     /// Fires every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.shaper_clock = now;
         for pid in 0..self.peers.len() {
+            let Some(p) = self.peers[pid].as_mut() else {
+                continue;
+            };
+            if let Some(r) = p.rate_limit.as_ref() {
+                let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+                let (out_due, in_due) = (
+                    due(r.outbound.next_release()),
+                    due(r.inbound.next_release()),
+                );
+                if out_due {
+                    self.schedule_flush(pid);
+                }
+                if in_due {
+                    self.reorder_ready_add(pid);
+                }
+            }
             let Some(p) = self.peers[pid].as_mut() else {
                 continue;
             };
@@ -473,16 +497,21 @@ impl Device {
                 if packet.is_empty() {
                     continue; // a keepalive's or refused packet's place
                 }
-                out.push_with(
-                    crate::batch::HEADROOM,
-                    SocketAddr::from(([0, 0, 0, 0], 0)),
-                    |b| {
-                        b[..packet.len()].copy_from_slice(packet);
-                        packet.len()
-                    },
-                );
+                push_tun(out, packet);
             }
-            if out.is_full() && p.reorder.ready_packets() > 0 {
+            while let Some(r) = p.rate_limit.as_mut().filter(|_| !out.is_full()) {
+                let Some(packet) = r.inbound.release(self.shaper_clock) else {
+                    break;
+                };
+                push_tun(out, &packet);
+                r.inbound.recycle(packet);
+            }
+            let shaped_due = p
+                .rate_limit
+                .as_ref()
+                .and_then(|r| r.inbound.next_release())
+                .is_some_and(|t| t <= self.shaper_clock);
+            if out.is_full() && (p.reorder.ready_packets() > 0 || shaped_due) {
                 return true;
             }
             self.reorder_ready.pop();
@@ -595,4 +624,16 @@ impl Device {
         }
         self.under_load_until.is_some_and(|u| now < u)
     }
+}
+
+/// Appends an IP packet for the TUN to `out`.
+fn push_tun(out: &mut PacketBatch, packet: &[u8]) {
+    out.push_with(
+        crate::batch::HEADROOM,
+        SocketAddr::from(([0, 0, 0, 0], 0)),
+        |b| {
+            b[..packet.len()].copy_from_slice(packet);
+            packet.len()
+        },
+    );
 }

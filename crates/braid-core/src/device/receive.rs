@@ -11,6 +11,7 @@ use crate::messages::{self, Kind, DATA_HEADER_LEN};
 use crate::peer::PeerId;
 use crate::reorder::InsertOutcome;
 use crate::session::SlotName;
+use crate::shaper::Verdict;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -222,17 +223,26 @@ impl Device {
                 Some(len) => {
                     let p = self.peers[pid].as_mut()?;
                     p.on_data_received(now);
-                    // Policed after authentication, so only the peer itself
-                    // can spend its tokens; the drop makes its TCP back off.
-                    if p.rate_limit
+                    // Shaped after authentication, so only the peer itself
+                    // can spend its tokens. A queued packet leaves an empty
+                    // place in the reorder window and comes out of poll_tun.
+                    match p
+                        .rate_limit
                         .as_mut()
-                        .is_some_and(|r| !r.inbound.admit(now, len))
+                        .map(|r| r.inbound.offer(now, &plain[..len]))
                     {
-                        p.counters.rate_dropped_rx += 1;
-                        0
-                    } else {
-                        p.counters.rx_packets += 1;
-                        len
+                        Some(Verdict::Dropped) => {
+                            p.counters.rate_dropped_rx += 1;
+                            0
+                        }
+                        Some(Verdict::Queued) => {
+                            p.counters.rx_packets += 1;
+                            0
+                        }
+                        Some(Verdict::Pass) | None => {
+                            p.counters.rx_packets += 1;
+                            len
+                        }
                     }
                 }
                 None => {
