@@ -1,11 +1,12 @@
-//! Per-peer rate limiting (`RateLimit = 50mbit`): a token bucket per
-//! direction that drops what exceeds the rate instead of queueing it.
+//! Per-peer rate limiting (`RateLimit = 50mbit`): per direction a token
+//! bucket with a small burst, and a short queue in front of it.
 //!
-//! Dropping rather than delaying is the point: a queue in front of a slow
-//! rate is exactly what makes a shaped VPN feel laggy (every packet waits
-//! behind the queue), while a drop tells the TCP sender to slow down within
-//! one round trip. The bucket's depth (the burst) is small, so at most a
-//! few milliseconds of traffic can pass above the rate at once.
+//! The queue is short on purpose: a deep one holds the rate but makes a
+//! shaped VPN laggy (every packet waits behind it), so it holds at most
+//! `QUEUE_TIME` of traffic and drops what does not fit, which tells the TCP
+//! sender to slow down within a round trip. Without any queue (a pure
+//! policer) TCP collapsed to a tenth of the rate in the namespace test:
+//! every burst of a growing window lost several packets at once.
 //!
 //! The bucket is kept as a virtual clock: `full_at` is the moment it would
 //! be full again. A packet costs its transmission time at the rate, and may

@@ -7,7 +7,7 @@
 //!           198.19.x.1                                              198.19.x.2
 //! ```
 //!
-//! The upper bound is the property (a policer cannot let more through than
+//! The upper bound is the property (the shaper cannot let more through than
 //! its rate plus one burst). The lower bound is loose on purpose: on a
 //! loaded machine a CPU-starved tunnel may carry less than the limit, and
 //! that is no failure of the limiter; it only shows traffic still flows.
