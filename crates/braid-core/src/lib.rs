@@ -4,6 +4,7 @@
 pub mod allowed_ips;
 pub mod batch;
 pub mod cipher;
+pub mod compress;
 pub mod consts;
 pub mod cookie;
 pub mod crypto;

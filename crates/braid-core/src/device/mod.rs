@@ -127,6 +127,9 @@ pub struct Device {
     /// The `now` of the latest handle_timeout: poll_tun (which takes no
     /// time) releases rate-limited inbound packets due by then.
     shaper_clock: Instant,
+    /// The interface's `Compression =` and the compressor's buffers.
+    compression: crate::compress::CompressionPolicy,
+    lz4: crate::compress::Lz4,
     pub counters: DeviceCounters,
 }
 
@@ -157,6 +160,8 @@ impl Device {
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),
             shaper_clock: now,
+            compression: crate::compress::CompressionPolicy::Off,
+            lz4: crate::compress::Lz4::new(),
             counters: DeviceCounters::default(),
         }
     }
@@ -213,6 +218,32 @@ impl Device {
             .and_then(|p| p.cipher)
             .unwrap_or(self.cipher);
         self.extensions && policy.offers_aes(self.aes_hardware)
+    }
+
+    /// The interface's `Compression =` (peers may override it).
+    pub fn set_compression(&mut self, policy: crate::compress::CompressionPolicy) {
+        self.compression = policy;
+    }
+
+    /// One peer's `Compression =`; `None` follows the interface's.
+    pub fn set_peer_compression(
+        &mut self,
+        pid: PeerId,
+        policy: Option<crate::compress::CompressionPolicy>,
+    ) {
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.compression = policy;
+        }
+    }
+
+    /// Whether we offer (and accept) LZ4-compressed packets with `pid`;
+    /// never without the extensions.
+    pub(super) fn offers_lz4(&self, pid: PeerId) -> bool {
+        let policy = self.peers[pid]
+            .as_ref()
+            .and_then(|p| p.compression)
+            .unwrap_or(self.compression);
+        self.extensions && policy == crate::compress::CompressionPolicy::Lz4
     }
 
     /// Turns braid's extensions on (the default) or off.

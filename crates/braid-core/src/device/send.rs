@@ -64,6 +64,7 @@ impl Device {
                 continue;
             };
             let mtu = self.mtu;
+            let lz4 = self.offers_lz4(pid);
             let p = self.peers[pid].as_mut().expect("routed peer exists");
             match p.rate_limit.as_mut().map(|r| r.outbound.offer(now, packet)) {
                 Some(Verdict::Dropped) => {
@@ -88,6 +89,13 @@ impl Device {
                 continue;
             }
             let kp = p.keypairs.current.as_mut().expect("checked above");
+            let mut len = len;
+            if lz4 && p.lz4_session == Some(kp.local_index) {
+                if let Some(n) = self.lz4.compress_in_place(&mut buf[offset..], len) {
+                    len = n;
+                    p.counters.compressed_tx += 1;
+                }
+            }
             let datagram_len = kp.prepare_seal(buf, len, padded_len(len, mtu));
             jobs.push(i, pid, kp.keys());
             let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];

@@ -257,6 +257,13 @@ pub fn snapshot(
                 ("rate_dropped_rx".to_string(), k.rate_dropped_rx),
             ]);
         }
+        if k.compressed_tx + k.compressed_rx + k.decompress_failed > 0 {
+            p.extra.extend([
+                ("compressed_tx".to_string(), k.compressed_tx),
+                ("compressed_rx".to_string(), k.compressed_rx),
+                ("decompress_failed".to_string(), k.decompress_failed),
+            ]);
+        }
         p.mode = info.mode.name().to_string();
         p.cipher = info
             .cipher
