@@ -111,7 +111,7 @@ impl Pair {
         self.ship(from_a, &batch);
     }
 
-    fn to_tun(&mut self, to_b: bool, batch: &PacketBatch) {
+    fn record_tun(&mut self, to_b: bool, batch: &PacketBatch) {
         let tun = if to_b {
             &mut self.tun_b
         } else {
@@ -143,7 +143,7 @@ impl Pair {
                 });
                 let dev = if to_b { &mut self.b } else { &mut self.a };
                 dev.decapsulate(now, &mut batch);
-                self.to_tun(to_b, &batch);
+                self.record_tun(to_b, &batch);
             }
             for on_a in [true, false] {
                 let dev = if on_a { &mut self.a } else { &mut self.b };
@@ -153,7 +153,7 @@ impl Pair {
                     out.clear();
                     let dev = if on_a { &mut self.a } else { &mut self.b };
                     let more = dev.poll_tun(&mut out);
-                    self.to_tun(!on_a, &out);
+                    self.record_tun(!on_a, &out);
                     if !more {
                         break;
                     }
