@@ -246,3 +246,64 @@ fn measure_lz4_on_a_slow_line() {
         report(test, setting, "random", &random);
     }
 }
+
+/// With a stock WireGuard peer (wireguard-go) `Compression = lz4` changes
+/// nothing: no hello is answered, so nothing is ever compressed, and
+/// compressible traffic flows as it would without the setting.
+#[test]
+fn a_stock_wireguard_peer_never_gets_compressed_packets() {
+    let test = "a_stock_wireguard_peer_never_gets_compressed_packets";
+    if !preflight(test, &["ip", "ping", "iperf3", "wg", "wireguard-go"]) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va: _,
+        vb: _,
+        veth: _veth,
+    } = env.joined_pair();
+    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(51821),
+        address: vec![format!("{tb}/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("{ta}/32")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let _b = WgGo::start(&env, &nsb, &ifb, &conf_b);
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        listen_port: Some(51820),
+        address: vec![format!("{ta}/24")],
+        braid_lines: vec!["Compression = lz4".into()],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec![format!("{tb}/32")],
+            endpoint: Some(format!("198.18.{x}.2:51821")),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
+    a.assert_up();
+    assert!(
+        ping_until_reply(&nsa, &tb, LONG),
+        "no reply through the tunnel"
+    );
+    let _serial = iperf_lock();
+    let run = transfer(&env, &nsa, &nsb, &ifa, &tb, true);
+    report(test, "lz4 (stock peer)", "repeating", &run);
+    assert_eq!(peer_extra(&nsa, &ifa, "speaks_braid"), Some(0));
+    assert_eq!(peer_extra(&nsa, &ifa, "compressed_tx").unwrap_or(0), 0);
+    assert!(run.payload > 0.0 && run.wire >= run.payload);
+    assert!(a.down().ok());
+}
