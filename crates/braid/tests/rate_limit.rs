@@ -133,7 +133,7 @@ fn rate_limit_holds_in_both_directions() {
     );
     assert_eq!(
         peer_extra(&show.stdout, "rate_limit_bits"),
-        Some(50_000_000),
+        Some((LIMIT_MBIT * 1e6) as u64),
         "braid show does not report the limit:\n{}",
         show.stdout
     );
