@@ -12,9 +12,11 @@
 //! Nothing here reads a clock, opens a socket or allocates per data packet;
 //! randomness comes from a seeded generator so tests are reproducible.
 
+mod compression;
 mod handshake;
 mod jobs;
 mod multipath;
+mod rate;
 mod receive;
 mod send;
 
@@ -220,32 +222,6 @@ impl Device {
         self.extensions && policy.offers_aes(self.aes_hardware)
     }
 
-    /// The interface's `Compression =` (peers may override it).
-    pub fn set_compression(&mut self, policy: crate::compress::CompressionPolicy) {
-        self.compression = policy;
-    }
-
-    /// One peer's `Compression =`; `None` follows the interface's.
-    pub fn set_peer_compression(
-        &mut self,
-        pid: PeerId,
-        policy: Option<crate::compress::CompressionPolicy>,
-    ) {
-        if let Some(p) = self.peers[pid].as_mut() {
-            p.compression = policy;
-        }
-    }
-
-    /// Whether we offer (and accept) LZ4-compressed packets with `pid`;
-    /// never without the extensions.
-    pub(super) fn offers_lz4(&self, pid: PeerId) -> bool {
-        let policy = self.peers[pid]
-            .as_ref()
-            .and_then(|p| p.compression)
-            .unwrap_or(self.compression);
-        self.extensions && policy == crate::compress::CompressionPolicy::Lz4
-    }
-
     /// Turns braid's extensions on (the default) or off.
     pub fn set_extensions(&mut self, enabled: bool) {
         self.extensions = enabled;
@@ -349,13 +325,6 @@ impl Device {
             .is_some_and(|p| p.add_path(name, line, remote))
     }
 
-    /// `RateLimit =`: bits per second in each direction; `None` lifts it.
-    pub fn set_rate_limit(&mut self, pid: PeerId, rate_bits: Option<u64>) {
-        if let Some(p) = self.peers[pid].as_mut() {
-            p.rate_limit = rate_bits.map(crate::shaper::RateLimit::new);
-        }
-    }
-
     pub fn set_mode(&mut self, pid: PeerId, mode: crate::path::Mode) {
         if let Some(p) = self.peers[pid].as_mut() {
             p.mode = mode;
@@ -430,22 +399,7 @@ impl Device {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.shaper_clock = now;
         for pid in 0..self.peers.len() {
-            let Some(p) = self.peers[pid].as_mut() else {
-                continue;
-            };
-            if let Some(r) = p.rate_limit.as_ref() {
-                let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
-                let (out_due, in_due) = (
-                    due(r.outbound.next_release()),
-                    due(r.inbound.next_release()),
-                );
-                if out_due {
-                    self.schedule_flush(pid);
-                }
-                if in_due {
-                    self.reorder_ready_add(pid);
-                }
-            }
+            self.schedule_shaped(now, pid);
             let Some(p) = self.peers[pid].as_mut() else {
                 continue;
             };
@@ -528,20 +482,16 @@ impl Device {
                 if packet.is_empty() {
                     continue; // a keepalive's or refused packet's place
                 }
-                push_tun(out, packet);
+                out.push_with(
+                    crate::batch::HEADROOM,
+                    SocketAddr::from(([0, 0, 0, 0], 0)),
+                    |b| {
+                        b[..packet.len()].copy_from_slice(packet);
+                        packet.len()
+                    },
+                );
             }
-            while let Some(r) = p.rate_limit.as_mut().filter(|_| !out.is_full()) {
-                let Some(packet) = r.inbound.release(self.shaper_clock) else {
-                    break;
-                };
-                push_tun(out, &packet);
-                r.inbound.recycle(packet);
-            }
-            let shaped_due = p
-                .rate_limit
-                .as_ref()
-                .and_then(|r| r.inbound.next_release())
-                .is_some_and(|t| t <= self.shaper_clock);
+            let shaped_due = rate::release_inbound(p, self.shaper_clock, out);
             if out.is_full() && (p.reorder.ready_packets() > 0 || shaped_due) {
                 return true;
             }
@@ -655,16 +605,4 @@ impl Device {
         }
         self.under_load_until.is_some_and(|u| now < u)
     }
-}
-
-/// Appends an IP packet for the TUN to `out`.
-fn push_tun(out: &mut PacketBatch, packet: &[u8]) {
-    out.push_with(
-        crate::batch::HEADROOM,
-        SocketAddr::from(([0, 0, 0, 0], 0)),
-        |b| {
-            b[..packet.len()].copy_from_slice(packet);
-            packet.len()
-        },
-    );
 }
