@@ -8,7 +8,7 @@
 //! Payloads (little-endian), first byte the kind:
 //! - `Hello { path, flags }`: "I speak braid"; sent on every path after a
 //!   handshake, it also tells the responder which paths exist, and in
-//!   `flags` what the sender offers (`HELLO_OFFERS_AES`).
+//!   `flags` what the sender offers (`HELLO_OFFERS_AES`, `HELLO_OFFERS_LZ4`).
 //! - `Probe { path, seq, sent_us, rx_probes }` and `Echo { … }`: RTT, loss
 //!   in both directions, liveness; `path` is the prober's path index,
 //!   `sent_us` its clock, echoed unchanged.
@@ -24,6 +24,9 @@ pub const VERSION: u8 = 1;
 
 /// Hello flag: the sender can open AES-256-GCM data on this session.
 pub const HELLO_OFFERS_AES: u8 = 1;
+/// Hello flag: the sender can open LZ4-compressed packets on this session
+/// (`Compression = lz4`, see `compress`).
+pub const HELLO_OFFERS_LZ4: u8 = 2;
 
 const KIND_HELLO: u8 = 1;
 const KIND_PROBE: u8 = 2;

@@ -4,6 +4,7 @@
 pub mod allowed_ips;
 pub mod batch;
 pub mod cipher;
+pub mod compress;
 pub mod consts;
 pub mod cookie;
 pub mod crypto;
@@ -21,4 +22,5 @@ pub mod ratelimiter;
 pub mod reorder;
 pub mod replay;
 pub mod session;
+pub mod shaper;
 pub mod timers;

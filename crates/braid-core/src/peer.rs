@@ -41,6 +41,17 @@ pub struct PeerCounters {
     pub staged_dropped: u64,
     /// braid extension messages that failed authentication or were replays.
     pub ext_rejected: u64,
+    /// Packets to this peer dropped for exceeding its `RateLimit`.
+    pub rate_dropped_tx: u64,
+    /// Packets from this peer dropped for exceeding its `RateLimit`.
+    pub rate_dropped_rx: u64,
+    /// Packets sent LZ4-compressed (the rest did not shrink or weren't
+    /// eligible).
+    pub compressed_tx: u64,
+    pub compressed_rx: u64,
+    /// Compressed packets refused: not agreed, or not a valid block
+    /// within the MTU.
+    pub decompress_failed: u64,
 }
 
 pub struct Peer {
@@ -61,6 +72,13 @@ pub struct Peer {
     /// Local index of the session the window follows (counters restart
     /// with every session).
     pub reorder_session: Option<u32>,
+    /// `RateLimit =`: one token bucket per direction; `None`: unlimited.
+    pub rate_limit: Option<crate::shaper::RateLimit>,
+    /// This peer's `Compression =`; `None` follows the interface's.
+    pub compression: Option<crate::compress::CompressionPolicy>,
+    /// The local index of the session on which the peer offered to open
+    /// LZ4-compressed packets (in its hello).
+    pub lz4_session: Option<u32>,
     pub persistent_keepalive: u16,
     pub cookie: CookieState,
     pub keypairs: Keypairs,
@@ -114,6 +132,9 @@ impl Peer {
             hellos_left: 0,
             reorder: ReorderWindow::new(ReorderConfig::default()),
             reorder_session: None,
+            rate_limit: None,
+            compression: None,
+            lz4_session: None,
             persistent_keepalive: 0,
             cookie: CookieState::new(&public),
             keypairs: Keypairs::default(),

@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use braid_core::cipher::CipherPolicy;
+use braid_core::compress::CompressionPolicy;
 use braid_core::path::{Mode, MAX_PATHS};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +49,8 @@ pub struct InterfaceConfig {
     /// braid: how the MSS of TCP SYNs through the tunnel is clamped
     /// (`MssFix =`, default auto).
     pub mss_fix: MssFix,
+    /// braid: `Compression =` towards braid peers (default off).
+    pub compression: CompressionPolicy,
 }
 
 /// braid's `MssFix =`: the largest MSS a TCP SYN or SYN-ACK crossing the
@@ -91,6 +94,10 @@ pub struct PeerConfig {
     /// braid: how the `Endpoint` and the paths without their own
     /// `transport=` reach this peer (`Transport =`, default udp).
     pub transport: Transport,
+    /// braid: `RateLimit =` in bits per second, each direction.
+    pub rate_limit: Option<u64>,
+    /// braid: this peer's `Compression =`; `None` follows the interface's.
+    pub compression: Option<CompressionPolicy>,
 }
 
 /// braid's `Transport =` / `transport=`: what carries the datagrams to a
@@ -337,6 +344,7 @@ struct InterfaceBuilder {
     save_config: Slot<bool>,
     cipher: Slot<CipherPolicy>,
     mss_fix: Slot<MssFix>,
+    compression: Slot<CompressionPolicy>,
 }
 
 #[derive(Default)]
@@ -353,6 +361,8 @@ struct PeerBuilder {
     reorder_capacity: Slot<usize>,
     cipher: Slot<CipherPolicy>,
     transport: Slot<Transport>,
+    rate_limit: Slot<u64>,
+    compression: Slot<CompressionPolicy>,
 }
 
 enum Section {
@@ -432,6 +442,12 @@ impl InterfaceBuilder {
             "saveconfig" => set_once(&mut self.save_config, "SaveConfig", parse_bool(value), line),
             "cipher" => set_once(&mut self.cipher, "Cipher", parse_cipher(value), line),
             "mssfix" => set_once(&mut self.mss_fix, "MssFix", parse_mss_fix(value), line),
+            "compression" => set_once(
+                &mut self.compression,
+                "Compression",
+                parse_compression(value),
+                line,
+            ),
             _ => Err(key_err(raw_key, "unknown key in [Interface] section")),
         }
     }
@@ -486,6 +502,13 @@ impl PeerBuilder {
                     .and_then(|v| usize::try_from(v).ok())
                     .filter(|v| (1..=MAX_REORDER_CAPACITY).contains(v))
                     .ok_or_else(|| format!("invalid capacity {value:?} (expected 1-{MAX_REORDER_CAPACITY} packets)")),
+                line,
+            ),
+            "compression" => set_once(&mut self.compression, "Compression", parse_compression(value), line),
+            "ratelimit" => set_once(
+                &mut self.rate_limit,
+                "RateLimit",
+                braid_core::shaper::parse_rate(value),
                 line,
             ),
             _ => Err(key_err(raw_key, "unknown key in [Peer] section")),
@@ -641,6 +664,8 @@ impl Parser<'_> {
                 reorder_capacity: p.reorder_capacity.map(|v| v.0),
                 cipher: p.cipher.map(|v| v.0),
                 transport: p.transport.map(|v| v.0).unwrap_or_default(),
+                rate_limit: p.rate_limit.map(|v| v.0),
+                compression: p.compression.map(|v| v.0),
             });
         }
         Ok(Config {
@@ -659,6 +684,7 @@ impl Parser<'_> {
                 save_config: iface.save_config.is_some_and(|v| v.0),
                 cipher: iface.cipher.map(|v| v.0).unwrap_or_default(),
                 mss_fix: iface.mss_fix.map(|v| v.0).unwrap_or_default(),
+                compression: iface.compression.map(|v| v.0).unwrap_or_default(),
             },
             peers,
         })
@@ -782,6 +808,15 @@ pub const MAX_REORDER_HOLD: Duration = Duration::from_secs(10);
 fn parse_cipher(s: &str) -> Result<CipherPolicy, String> {
     CipherPolicy::parse(s)
         .ok_or_else(|| format!("unknown cipher {s:?} (expected {})", CipherPolicy::NAMES))
+}
+
+fn parse_compression(s: &str) -> Result<CompressionPolicy, String> {
+    CompressionPolicy::parse(s).ok_or_else(|| {
+        format!(
+            "unknown compression {s:?} (expected {})",
+            CompressionPolicy::NAMES
+        )
+    })
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -1053,6 +1088,16 @@ mod tests {
             }),
             ("[Peer]\nPublicKey={PEER}\n[Interface]\nPrivateKey={SK}", |c| c.peers.len() == 1),
             ("[Interface]\nPrivateKey={SK}", |c| c.interface.mss_fix == MssFix::Auto),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 50mbit", |c| c.peers[0].rate_limit == Some(50_000_000)),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nratelimit=1.5Gbit", |c| c.peers[0].rate_limit == Some(1_500_000_000)),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}", |c| c.peers[0].rate_limit.is_none()),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}", |c| {
+                c.interface.compression == CompressionPolicy::Off && c.peers[0].compression.is_none()
+            }),
+            ("[Interface]\nPrivateKey={SK}\nCompression = LZ4\n[Peer]\nPublicKey={PEER}\nCompression = off", |c| {
+                c.interface.compression == CompressionPolicy::Lz4
+                    && c.peers[0].compression == Some(CompressionPolicy::Off)
+            }),
             ("[Interface]\nPrivateKey={SK}\nMssFix = AUTO", |c| c.interface.mss_fix == MssFix::Auto),
             ("[Interface]\nPrivateKey={SK}\nmssfix=off", |c| c.interface.mss_fix == MssFix::Off),
             ("[Interface]\nPrivateKey={SK}\nMssFix = 1000", |c| c.interface.mss_fix == MssFix::Fixed(1000)),
@@ -1124,6 +1169,13 @@ mod tests {
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 3 weeks", Some(5), Some("ReorderHold"), "unknown unit"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 60s", Some(5), Some("ReorderHold"), "above the maximum"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderCapacity = 0", Some(5), Some("ReorderCapacity"), "expected 1-65536"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 50", Some(5), Some("RateLimit"), "needs a unit"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 50mbps", Some(5), Some("RateLimit"), "bytes per second"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 0mbit", Some(5), Some("RateLimit"), "outside"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 1mbit\nRateLimit = 2mbit", Some(6), Some("RateLimit"), "duplicate key (already set on line 5)"),
+            ("[Interface]\nPrivateKey={SK}\nRateLimit = 1mbit", Some(3), Some("RateLimit"), "unknown key in [Interface]"),
+            ("[Interface]\nPrivateKey={SK}\nCompression = lzo", Some(3), Some("Compression"), "unknown compression \"lzo\" (expected lz4 or off)"),
+            ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nCompression = yes", Some(5), Some("Compression"), "unknown compression"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=2001:db8::1:51820", Some(5), Some("Endpoint"), "invalid endpoint"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host", Some(5), Some("Endpoint"), "invalid endpoint"),
             ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=host:99999", Some(5), Some("Endpoint"), "invalid endpoint"),

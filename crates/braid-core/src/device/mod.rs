@@ -12,10 +12,12 @@
 //! Nothing here reads a clock, opens a socket or allocates per data packet;
 //! randomness comes from a seeded generator so tests are reproducible.
 
+mod compression;
 mod handshake;
 mod jobs;
 mod multipath;
 mod pmtu;
+mod rate;
 mod receive;
 mod send;
 
@@ -102,6 +104,8 @@ pub struct PeerInfo {
     pub last_handshake: Option<SystemTime>,
     pub allowed_ips: Vec<(IpAddr, u8)>,
     pub counters: crate::peer::PeerCounters,
+    /// `RateLimit =` in bits per second, each direction.
+    pub rate_limit_bits: Option<u64>,
 }
 
 pub struct Device {
@@ -142,6 +146,12 @@ pub struct Device {
     /// REKEY_AFTER_TIME, shortened only by fault tests (see
     /// [`Device::set_rekey_after_time_for_tests`]).
     rekey_after_time: Duration,
+    /// The `now` of the latest handle_timeout: poll_tun (which takes no
+    /// time) releases rate-limited inbound packets due by then.
+    shaper_clock: Instant,
+    /// The interface's `Compression =` and the compressor's buffers.
+    compression: crate::compress::CompressionPolicy,
+    lz4: crate::compress::Lz4,
     pub counters: DeviceCounters,
 }
 
@@ -177,6 +187,9 @@ impl Device {
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),
             rekey_after_time: crate::consts::REKEY_AFTER_TIME,
+            shaper_clock: now,
+            compression: crate::compress::CompressionPolicy::Off,
+            lz4: crate::compress::Lz4::new(),
             counters: DeviceCounters::default(),
         }
     }
@@ -413,6 +426,7 @@ impl Device {
             last_handshake: p.last_handshake,
             allowed_ips: self.allowed.entries_for(pid),
             counters: p.counters,
+            rate_limit_bits: p.rate_limit.as_ref().map(|r| r.rate_bits()),
         })
     }
 
@@ -423,14 +437,19 @@ impl Device {
         self.peers
             .iter()
             .flatten()
-            .flat_map(|p| [p.timers.next(), p.reorder.poll_timeout()])
+            .flat_map(|p| {
+                let shaper = p.rate_limit.as_ref().and_then(|r| r.next_release());
+                [p.timers.next(), p.reorder.poll_timeout(), shaper]
+            })
             .flatten()
             .min()
     }
 
     /// Fires every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.shaper_clock = now;
         for pid in 0..self.peers.len() {
+            self.schedule_shaped(now, pid);
             let Some(p) = self.peers[pid].as_mut() else {
                 continue;
             };
@@ -522,7 +541,8 @@ impl Device {
                     },
                 );
             }
-            if out.is_full() && p.reorder.ready_packets() > 0 {
+            let shaped_due = rate::release_inbound(p, self.shaper_clock, out);
+            if out.is_full() && (p.reorder.ready_packets() > 0 || shaped_due) {
                 return true;
             }
             self.reorder_ready.pop();

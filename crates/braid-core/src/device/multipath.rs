@@ -91,6 +91,11 @@ impl Device {
     /// The probe timer: hellos while the peer's braid support is unknown,
     /// then a probe on every path, and path states brought up to date.
     pub(super) fn probe_paths(&mut self, now: Instant, pid: PeerId) {
+        let lz4_flag = if self.peers[pid].is_some() && self.offers_lz4(pid) {
+            ext::HELLO_OFFERS_LZ4
+        } else {
+            0
+        };
         let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
@@ -103,10 +108,11 @@ impl Device {
             return; // resumes with the next session
         }
         let say_hello = p.hellos_left > 0;
-        let flags = match &p.keypairs.current {
-            Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
-            _ => 0,
-        };
+        let flags = lz4_flag
+            | match &p.keypairs.current {
+                Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
+                _ => 0,
+            };
         p.hellos_left = p.hellos_left.saturating_sub(1);
         let braid = p.speaks_braid;
         for i in 0..p.paths.len() {
@@ -190,6 +196,7 @@ impl Device {
         };
         if let ExtMessage::Hello { flags, .. } = msg {
             kp.set_peer_offers_aes(flags & ext::HELLO_OFFERS_AES != 0);
+            p.lz4_session = (flags & ext::HELLO_OFFERS_LZ4 != 0).then_some(receiver);
         }
         let first_news = !p.speaks_braid;
         p.speaks_braid = true;

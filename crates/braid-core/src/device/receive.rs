@@ -11,6 +11,7 @@ use crate::messages::{self, Kind, DATA_HEADER_LEN};
 use crate::peer::PeerId;
 use crate::reorder::InsertOutcome;
 use crate::session::SlotName;
+use crate::shaper::Verdict;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -136,8 +137,11 @@ impl Device {
             let (src, line, offset) = (batch.addr(i), batch.line(i), batch.offset(i));
             let delivered = match job.outcome {
                 Outcome::Opened(plain_len) => {
-                    let datagram = batch.packet_mut(i);
-                    self.finish_data(now, line, src, job.pid, datagram, plain_len)
+                    // The whole slot: a decompressed packet may be longer
+                    // than the datagram it came in.
+                    let (buf, offset, wire_len) = batch.slot_parts_mut(i);
+                    let buf = &mut buf[offset..];
+                    self.finish_data(now, line, src, job.pid, buf, wire_len, plain_len)
                 }
                 Outcome::Failed | Outcome::Pending => {
                     if let Some(p) = self.peers[job.pid].as_mut() {
@@ -180,32 +184,35 @@ impl Device {
         Some((pid, kp.keys().clone()))
     }
 
-    /// An authenticated data message of `pid`, plaintext (`plain_len`
-    /// bytes) at `DATA_HEADER_LEN`: returns the length of the IP packet to
-    /// deliver in place, or None when there is nothing to deliver
-    /// (keepalive, replay, wrong inner source, taken by the reorder window).
+    /// An authenticated data message of `pid` (`wire_len` bytes at the
+    /// start of `buf`), plaintext (`plain_len` bytes) at `DATA_HEADER_LEN`:
+    /// returns the length of the IP packet to deliver in place, or None
+    /// when there is nothing to deliver (keepalive, replay, wrong inner
+    /// source, taken by the reorder window).
+    #[allow(clippy::too_many_arguments)]
     fn finish_data(
         &mut self,
         now: Instant,
         line: u16,
         src: SocketAddr,
         pid: PeerId,
-        datagram: &[u8],
+        buf: &mut [u8],
+        wire_len: usize,
         plain_len: usize,
     ) -> Option<usize> {
-        let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
-        let counter = messages::read_u64(datagram, messages::data::COUNTER);
+        let receiver = messages::read_u32(buf, messages::data::RECEIVER);
+        let counter = messages::read_u64(buf, messages::data::COUNTER);
         let p = self.peers[pid].as_mut()?;
         // The session may have gone while the message was being opened.
         let (slot, kp) = p.keypairs.find_mut(receiver)?;
         if !kp.accept(counter) {
             // A copy of it was accepted meanwhile (redundant paths).
-            p.count_replay(now, line, src, receiver, counter, datagram.len());
+            p.count_replay(now, line, src, receiver, counter, wire_len);
             return None;
         }
-        let at = p.authenticated_rx(now, line, src, datagram.len());
+        let at = p.authenticated_rx(now, line, src, wire_len);
         p.paths[at].counters.first_arrivals += 1;
-        p.counters.rx_bytes += datagram.len() as u64;
+        p.counters.rx_bytes += wire_len as u64;
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
         if slot == SlotName::Next {
@@ -213,31 +220,81 @@ impl Device {
         }
         self.keep_key_fresh_on_receive(now, pid);
 
+        let restored = self.restore_compressed(pid, &mut buf[DATA_HEADER_LEN..], plain_len);
         let p = self.peers[pid].as_mut()?;
         let len = if plain_len == 0 {
             p.counters.keepalives_received += 1;
             0
-        } else {
-            let plain = &datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len];
+        } else if let Some(plain_len) = restored {
+            let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len];
             match inner_packet(self, pid, plain) {
                 Some(len) => {
                     let p = self.peers[pid].as_mut()?;
-                    p.counters.rx_packets += 1;
                     p.on_data_received(now);
-                    len
+                    // Shaped after authentication, so only the peer itself
+                    // can spend its tokens. A queued packet leaves an empty
+                    // place in the reorder window and comes out of poll_tun.
+                    match p
+                        .rate_limit
+                        .as_mut()
+                        .map(|r| r.inbound.offer(now, &plain[..len]))
+                    {
+                        Some(Verdict::Dropped) => {
+                            p.counters.rate_dropped_rx += 1;
+                            0
+                        }
+                        Some(Verdict::Queued) => {
+                            p.counters.rx_packets += 1;
+                            0
+                        }
+                        Some(Verdict::Pass) | None => {
+                            p.counters.rx_packets += 1;
+                            len
+                        }
+                    }
                 }
                 None => {
                     self.peers[pid].as_mut()?.counters.disallowed_source += 1;
                     0
                 }
             }
+        } else {
+            0
         };
         // Keepalives and refused packets still take their counter's place
         // in the window (as empty packets), or they would look like losses.
-        let packet = &datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
+        let packet = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
         self.reorder_or_pass(now, pid, receiver, counter, at, packet)
             .then_some(len)
             .filter(|&l| l > 0)
+    }
+
+    /// Undoes `Compression = lz4` on a decrypted payload (`plain` holds
+    /// `plain_len` bytes and room after them): the length of the IP packet
+    /// now at its start, or None for a compressed payload we never agreed
+    /// to or that does not decompress within the MTU.
+    fn restore_compressed(
+        &mut self,
+        pid: PeerId,
+        plain: &mut [u8],
+        plain_len: usize,
+    ) -> Option<usize> {
+        if !crate::compress::is_compressed(&plain[..plain_len]) {
+            return Some(plain_len);
+        }
+        let restored = if self.offers_lz4(pid) {
+            self.lz4
+                .decompress_in_place(plain, plain_len, self.mtu)
+                .ok()
+        } else {
+            None
+        };
+        let p = self.peers[pid].as_mut()?;
+        match restored {
+            Some(_) => p.counters.compressed_rx += 1,
+            None => p.counters.decompress_failed += 1,
+        }
+        restored
     }
 
     /// Runs a packet of the current session through the peer's reorder

@@ -8,6 +8,7 @@ use crate::consts::*;
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
 use crate::path::MAX_PATHS;
 use crate::peer::PeerId;
+use crate::shaper::Verdict;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Instant;
 
@@ -63,7 +64,21 @@ impl Device {
                 continue;
             };
             let mtu = self.padding_mtu();
+            let lz4 = self.offers_lz4(pid);
             let p = self.peers[pid].as_mut().expect("routed peer exists");
+            match p.rate_limit.as_mut().map(|r| r.outbound.offer(now, packet)) {
+                Some(Verdict::Dropped) => {
+                    p.counters.rate_dropped_tx += 1;
+                    batch.consume(i);
+                    continue;
+                }
+                // Copied into the shaper; poll_transmit sends it when due.
+                Some(Verdict::Queued) => {
+                    batch.consume(i);
+                    continue;
+                }
+                Some(Verdict::Pass) | None => {}
+            }
             let sendable = p.staged.is_empty()
                 && !p.paths.is_empty()
                 && p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
@@ -74,6 +89,13 @@ impl Device {
                 continue;
             }
             let kp = p.keypairs.current.as_mut().expect("checked above");
+            let mut len = len;
+            if lz4 && p.lz4_session == Some(kp.local_index) {
+                if let Some(n) = self.lz4.compress_in_place(&mut buf[offset..], len) {
+                    len = n;
+                    p.counters.compressed_tx += 1;
+                }
+            }
             let datagram_len = kp.prepare_seal(buf, len, padded_len(len, mtu));
             jobs.push(i, pid, kp.keys());
             let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
@@ -178,15 +200,24 @@ impl Device {
             let usable = p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
             if !usable || p.paths.is_empty() {
                 // No session yet: the handshake (if any can be sent) brings
-                // us back here when it completes.
+                // us back here when it completes. Shaped packets would wait
+                // longer than their queue allows: they go.
+                if let Some(r) = p.rate_limit.as_mut() {
+                    p.counters.rate_dropped_tx += r.outbound.clear() as u64;
+                }
                 self.pending_flush.pop();
                 self.initiate(now, pid, false);
                 continue;
             }
             while !out.is_full() {
                 let p = self.peers[pid].as_mut().expect("checked above");
-                let Some(packet) = p.staged.pop_front() else {
-                    break;
+                // Staged packets first (they passed the shaper already).
+                let (packet, shaped) = match p.staged.pop_front() {
+                    Some(packet) => (packet, false),
+                    None => match p.rate_limit.as_mut().and_then(|r| r.outbound.release(now)) {
+                        Some(packet) => (packet, true),
+                        None => break,
+                    },
                 };
                 let kp = p.keypairs.current.as_mut().expect("checked above");
                 let mut sent = 0;
@@ -195,7 +226,10 @@ impl Device {
                     sent = kp.seal_in_place(b, packet.len(), padded_len(packet.len(), mtu));
                     sent
                 });
-                p.recycle(packet);
+                match p.rate_limit.as_mut() {
+                    Some(r) if shaped => r.outbound.recycle(packet),
+                    _ => p.recycle(packet),
+                }
                 let slot = out.len() - 1;
                 let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
                 let n = self.destinations(pid, sent, &mut dests);

@@ -255,6 +255,20 @@ pub fn snapshot(
                 info.reorder_hold.as_micros() as u64,
             ),
         ]);
+        if let Some(rate) = info.rate_limit_bits {
+            p.extra.extend([
+                ("rate_limit_bits".to_string(), rate),
+                ("rate_dropped_tx".to_string(), k.rate_dropped_tx),
+                ("rate_dropped_rx".to_string(), k.rate_dropped_rx),
+            ]);
+        }
+        if k.compressed_tx + k.compressed_rx + k.decompress_failed > 0 {
+            p.extra.extend([
+                ("compressed_tx".to_string(), k.compressed_tx),
+                ("compressed_rx".to_string(), k.compressed_rx),
+                ("decompress_failed".to_string(), k.decompress_failed),
+            ]);
+        }
         p.mode = info.mode.name().to_string();
         p.cipher = info
             .cipher

@@ -213,6 +213,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     }
     if let Some(cfg) = &req.config {
         device.set_cipher(cfg.interface.cipher);
+        device.set_compression(cfg.interface.compression);
     }
     let mut state = InterfaceState {
         listen_port: 0,
@@ -325,6 +326,8 @@ fn apply_multipath(
         };
         device.set_mode(pid, peer.mode);
         device.set_peer_cipher(pid, peer.cipher);
+        device.set_rate_limit(pid, peer.rate_limit);
+        device.set_peer_compression(pid, peer.compression);
         if peer.reorder_hold.is_some() || peer.reorder_capacity.is_some() {
             device.set_reorder(pid, peer.reorder_hold, peer.reorder_capacity);
         }
