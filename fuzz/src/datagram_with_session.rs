@@ -75,7 +75,11 @@ pub fn run(data: &[u8]) {
             }
         };
         if let Some(d) = datagram {
-            let src = if op & 0x80 != 0 { source(op >> 4) } else { B_ADDR };
+            let src = if op & 0x80 != 0 {
+                source(op >> 4)
+            } else {
+                B_ADDR
+            };
             pair.deliver(true, src, &[&d]);
             if sent.len() < 32 {
                 sent.push(d);

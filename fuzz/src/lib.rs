@@ -19,8 +19,11 @@ pub mod reorder_window;
 pub mod replay_window;
 pub mod uapi;
 
+/// A target body: takes the fuzzer's bytes, panics only on a bug.
+pub type Body = fn(&[u8]);
+
 /// Every target by name, for the stable-toolchain smoke test.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Body)] = &[
     ("datagram_no_session", datagram_no_session::run),
     ("datagram_with_session", datagram_with_session::run),
     ("handshake", handshake::run),

@@ -50,7 +50,7 @@ pub fn run(data: &[u8]) {
     let before = mss_values(&p[ip_hdr..ip_hdr + tcp_hdr]);
 
     let changed = clamp(&mut p, limit);
-    assert_eq!(tcp_checksum_ok(&p, ip_hdr), true, "clamp broke the TCP checksum");
+    assert!(tcp_checksum_ok(&p, ip_hdr), "clamp broke the TCP checksum");
     let after = mss_values(&p[ip_hdr..ip_hdr + tcp_hdr]);
     assert_eq!(before.len(), after.len());
     for (b, a) in before.iter().zip(&after) {
@@ -58,7 +58,10 @@ pub fn run(data: &[u8]) {
         assert_eq!(*a, (*b).min(limit), "MSS {b} not clamped to {limit}");
     }
     assert_eq!(changed, before != after);
-    assert!(!clamp(&mut p, limit), "clamping twice changed the packet again");
+    assert!(
+        !clamp(&mut p, limit),
+        "clamping twice changed the packet again"
+    );
 }
 
 fn pseudo(p: &[u8], ip_hdr: usize) -> u64 {

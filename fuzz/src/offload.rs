@@ -103,7 +103,10 @@ fn coalesce(input: &mut Input) {
                 .iter()
                 .map(|&i| packets[i].len() - group.hdr_len())
                 .sum();
-            assert!(group.hdr_len() + payload <= MAX_SUPER_LEN, "super-packet too long");
+            assert!(
+                group.hdr_len() + payload <= MAX_SUPER_LEN,
+                "super-packet too long"
+            );
         }
     }
     for (i, p) in packets.iter().enumerate() {

@@ -59,8 +59,12 @@ impl Pair {
         let mut b = Device::new(now, wall, [2; 32]);
         a.set_private_key(Some(A_PRIVATE));
         b.set_private_key(Some(B_PRIVATE));
-        let pb = a.add_peer(b.public_key().expect("key set")).expect("not ours");
-        let pa = b.add_peer(a.public_key().expect("key set")).expect("not ours");
+        let pb = a
+            .add_peer(b.public_key().expect("key set"))
+            .expect("not ours");
+        let pa = b
+            .add_peer(a.public_key().expect("key set"))
+            .expect("not ours");
         a.set_preshared_key(pb, PSK);
         b.set_preshared_key(pa, PSK);
         a.set_endpoint(pb, B_ADDR);
@@ -87,8 +91,13 @@ impl Pair {
         pair.a.set_persistent_keepalive(now, pb, 25);
         pair.exchange(8);
         assert!(
-            pair.a.peer(pair.pb).is_some_and(|p| p.keypairs.current.is_some())
-                && pair.b.peer(pair.pa).is_some_and(|p| p.keypairs.current.is_some()),
+            pair.a
+                .peer(pair.pb)
+                .is_some_and(|p| p.keypairs.current.is_some())
+                && pair
+                    .b
+                    .peer(pair.pa)
+                    .is_some_and(|p| p.keypairs.current.is_some()),
             "the setup handshake must complete"
         );
         pair
@@ -205,11 +214,18 @@ fn check_tun_packet(packet: &[u8], peer_tun: [u8; 4]) {
     if packet.is_empty() {
         return;
     }
-    assert!(packet.len() >= 20, "runt packet reached the TUN: {packet:?}");
+    assert!(
+        packet.len() >= 20,
+        "runt packet reached the TUN: {packet:?}"
+    );
     assert_eq!(packet[0] >> 4, 4, "non-IPv4 packet from an IPv4-only peer");
     assert_eq!(packet[12..16], peer_tun, "packet with a foreign source");
     let total = u16::from_be_bytes([packet[2], packet[3]]) as usize;
-    assert_eq!(total, packet.len(), "TUN packet length differs from its header");
+    assert_eq!(
+        total,
+        packet.len(),
+        "TUN packet length differs from its header"
+    );
 }
 
 /// An IPv4 packet from `src` to `dst` around `payload` (UDP, no checksum).

@@ -139,7 +139,10 @@ pub fn run(data: &[u8]) {
                             model.refused.insert(key);
                         }
                         InsertOutcome::UnderWindow => {
-                            assert!(next.is_some_and(|n| counter < n), "{counter} under {next:?}");
+                            assert!(
+                                next.is_some_and(|n| counter < n),
+                                "{counter} under {next:?}"
+                            );
                             model.refused.insert(key);
                         }
                         InsertOutcome::Duplicated => {
@@ -156,7 +159,8 @@ pub fn run(data: &[u8]) {
                 window.note_duplicate(now, counter, input.u8() as usize % MAX_PATHS);
             }
             5 => {
-                now += Duration::from_micros(u64::from(input.u16()) * u64::from(input.u8() % 16 + 1));
+                now +=
+                    Duration::from_micros(u64::from(input.u16()) * u64::from(input.u8() % 16 + 1));
                 window.handle_timeout(now);
             }
             6 => match input.u8() % 5 {

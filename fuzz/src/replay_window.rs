@@ -45,7 +45,9 @@ pub fn run(data: &[u8]) {
         let counter = match op % 8 {
             0 => last.wrapping_add(u64::from(input.u8())),
             1 => last.saturating_sub(u64::from(input.u8())),
-            2 => last.saturating_sub(WINDOW).wrapping_add(u64::from(input.u8()) % 3),
+            2 => last
+                .saturating_sub(WINDOW)
+                .wrapping_add(u64::from(input.u8()) % 3),
             3 => last.wrapping_add(u64::from(input.u16())),
             4 => last.saturating_sub(u64::from(input.u16())),
             5 => REJECT_AFTER_MESSAGES.wrapping_sub(u64::from(input.u8())),
@@ -55,7 +57,11 @@ pub fn run(data: &[u8]) {
         let want = model.acceptable(counter);
         assert_eq!(window.check(counter), want, "check({counter})");
         if op & 0x80 == 0 {
-            assert_eq!(window.update(counter), model.update(counter), "update({counter})");
+            assert_eq!(
+                window.update(counter),
+                model.update(counter),
+                "update({counter})"
+            );
             assert_eq!(window.highest(), model.highest);
             if want {
                 assert!(!window.check(counter), "accepted {counter} twice");

@@ -1,4 +1,4 @@
-//! Runs every target body over its seed corpus (fuzz/corpus/<target>/) and
+//! Runs every target body over its seed corpus (fuzz/seeds/<target>/) and
 //! a few thousand pseudo-random inputs: on a stable toolchain, without
 //! libFuzzer, the bodies still run in CI.
 
@@ -22,16 +22,15 @@ fn splitmix(state: &mut u64) -> u64 {
 }
 
 fn corpus(name: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("seeds")
+        .join(name);
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
     };
     let mut files: Vec<_> = entries.flatten().map(|e| e.path()).collect();
     files.sort();
-    files
-        .iter()
-        .filter_map(|p| std::fs::read(p).ok())
-        .collect()
+    files.iter().filter_map(|p| std::fs::read(p).ok()).collect()
 }
 
 #[test]
@@ -60,6 +59,10 @@ fn every_target_survives_its_corpus_and_random_inputs() {
             }
             body(&input);
         }
-        eprintln!("{name}: {} seeds, {} random inputs", seeds.len(), random_inputs(name));
+        eprintln!(
+            "{name}: {} seeds, {} random inputs",
+            seeds.len(),
+            random_inputs(name)
+        );
     }
 }
