@@ -106,9 +106,9 @@ fn a_index(pair: &Pair, which: u8) -> Option<u32> {
 /// Mostly the next counter, sometimes a jump, a step back or anything.
 fn next_counter(input: &mut Input, last: u64) -> u64 {
     match input.u8() % 6 {
-        0 | 1 => last + 1,
+        0 | 1 => last.saturating_add(1),
         2 => last.saturating_sub(u64::from(input.u8())),
-        3 => last + u64::from(input.u16()),
+        3 => last.saturating_add(u64::from(input.u16())),
         4 => last,
         _ => input.u64(),
     }
