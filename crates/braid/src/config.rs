@@ -853,7 +853,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             ))
         }
     };
-    Ok(Duration::from_secs_f64(value * scale))
+    // `from_secs_f64` panics past u64::MAX seconds (a digit string that
+    // long parses fine as f64): found by the `config` fuzz target.
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("duration {s:?} is too long"))
 }
 
 fn parse_hold(s: &str) -> Result<Duration, String> {
@@ -1316,5 +1318,20 @@ mod tests {
         assert_eq!(e.resolve().unwrap(), "[::1]:1".parse().unwrap());
         let e = Endpoint::parse("localhost:7").unwrap();
         assert_eq!(e.resolve().unwrap().port(), 7);
+    }
+
+    /// Found by the `config` fuzz target: a duration too long for
+    /// `Duration` panicked instead of being refused.
+    #[test]
+    fn overlong_duration_is_an_error_not_a_panic() {
+        let digits = format!("{}100ms", "0".repeat(22) + "2" + &"0".repeat(60));
+        assert!(parse_duration(&digits).unwrap_err().contains("too long"));
+        assert!(parse_duration("99999999999999999999s").is_err());
+        let text = format!(
+            "[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {}\nReorderHold = {digits}\n",
+            pk(SK2)
+        );
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("ReorderHold") && e.contains("too long"), "{e}");
     }
 }
