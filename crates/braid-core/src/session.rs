@@ -156,7 +156,7 @@ impl Keypair {
     pub fn seal_ext_in_place(&mut self, out: &mut [u8], payload_len: usize) -> usize {
         let counter = self.ext_send_counter;
         self.ext_send_counter += 1;
-        self.seal_ext_at(counter, payload, out)
+        self.seal_ext_at(counter, payload_len, out)
     }
 
     /// Fuzzing hook: an extension message with a counter of the caller's
@@ -164,10 +164,13 @@ impl Keypair {
     /// with forged counters and payloads.
     #[cfg(feature = "fuzzing")]
     pub fn seal_ext_for_fuzzing(&self, counter: u64, payload: &[u8], out: &mut [u8]) -> usize {
-        self.seal_ext_at(counter, payload, out)
+        out[DATA_HEADER_LEN..DATA_HEADER_LEN + payload.len()].copy_from_slice(payload);
+        self.seal_ext_at(counter, payload.len(), out)
     }
 
-    fn seal_ext_at(&self, counter: u64, payload: &[u8], out: &mut [u8]) -> usize {
+    /// Seals the extension payload at `DATA_HEADER_LEN` in `out` with
+    /// `counter`; returns the message length.
+    fn seal_ext_at(&self, counter: u64, payload_len: usize, out: &mut [u8]) -> usize {
         messages::write_header(out, messages::TYPE_BRAID);
         out[messages::data::RECEIVER..messages::data::RECEIVER + 4]
             .copy_from_slice(&self.remote_index.to_le_bytes());
