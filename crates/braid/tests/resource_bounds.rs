@@ -56,6 +56,8 @@ fn an_oversized_config_file_is_refused() {
         text.push_str(&comment);
     }
     std::fs::write(&path, &text).unwrap();
+    // Private, so the size limit is what refuses it, not the mode check.
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let err = Config::load(&path).expect_err("a 10× oversized file is refused");
     let _ = std::fs::remove_dir_all(&dir);
     let message = err.to_string();
