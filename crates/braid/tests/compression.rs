@@ -116,7 +116,7 @@ fn measure(test: &str, setting: &str, line: Option<&[&str]>) -> (Run, Run, Optio
     } = env.joined_pair();
     let (ka, kb) = (Keys::new(), Keys::new());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
+    let tb = format!("198.19.{x}.2");
     let mut netem = None;
     let endpoint = match line {
         None => format!("198.18.{x}.2:51821"),
@@ -136,31 +136,10 @@ fn measure(test: &str, setting: &str, line: Option<&[&str]>) -> (Run, Run, Optio
         }
     };
     let line = vec![format!("Compression = {setting}")];
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("{ta}/24")],
-        braid_lines: line.clone(),
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(endpoint),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("{tb}/24")],
-        braid_lines: line,
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let (mut conf_a, mut conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.peers[0].endpoint = Some(endpoint);
+    conf_a.braid_lines = line.clone();
+    conf_b.braid_lines = line;
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     b.assert_up();
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
@@ -267,32 +246,10 @@ fn a_stock_wireguard_peer_never_gets_compressed_packets() {
     } = env.joined_pair();
     let (ka, kb) = (Keys::new(), Keys::new());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let tb = format!("198.19.{x}.2");
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     let _b = WgGo::start(&env, &nsb, &ifb, &conf_b);
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("{ta}/24")],
-        braid_lines: vec!["Compression = lz4".into()],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("198.18.{x}.2:51821")),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    conf_a.braid_lines = vec!["Compression = lz4".into()];
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
     a.assert_up();
     assert!(

@@ -74,29 +74,11 @@ fn pair_confs(
     a_peer_lines: Vec<String>,
     endpoint: Option<String>,
 ) -> (IfaceConf, IfaceConf) {
-    let a = IfaceConf {
-        private_key: ka.private.clone(),
-        address: vec![format!("198.19.{x}.1/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.2/32")],
-            endpoint,
-            braid_lines: a_peer_lines,
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("198.19.{x}.2/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.1/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let (mut a, b) = tunnel_confs(ka, kb, x);
+    // A dials out from a port of its own choosing, as before.
+    a.listen_port = None;
+    a.peers[0].endpoint = endpoint;
+    a.peers[0].braid_lines = a_peer_lines;
     (a, b)
 }
 

@@ -54,29 +54,7 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
     } = env.joined_pair();
     let (ka, kb) = (Keys::new(), Keys::new());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("198.19.{x}.1/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.2/32")],
-            endpoint: Some(format!("198.18.{x}.2:51821")),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("198.19.{x}.2/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.1/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     b.assert_up();
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Foreground);

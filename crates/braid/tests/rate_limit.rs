@@ -70,31 +70,9 @@ fn rate_limit_holds_in_both_directions() {
     } = env.joined_pair();
     let (ka, kb) = (Keys::new(), Keys::new());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("{ta}/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("198.18.{x}.2:51821")),
-            braid_lines: vec![format!("RateLimit = {LIMIT_MBIT}mbit")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let tb = format!("198.19.{x}.2");
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.peers[0].braid_lines = vec![format!("RateLimit = {LIMIT_MBIT}mbit")];
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     b.assert_up();
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);

@@ -880,6 +880,36 @@ pub struct PeerConf {
     pub braid_lines: Vec<String>,
 }
 
+/// The usual two ends of a tunnel over a [`JoinedPair`] with octet `x`:
+/// A at 198.19.x.1 (port 51820) reaching B at 198.18.x.2:51821, B at
+/// 198.19.x.2 waiting for A. Tests change the fields they are about.
+pub fn tunnel_confs(ka: &Keys, kb: &Keys, x: u8) -> (IfaceConf, IfaceConf) {
+    let a = IfaceConf {
+        private_key: ka.private.clone(),
+        listen_port: Some(51820),
+        address: vec![format!("198.19.{x}.1/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec![format!("198.19.{x}.2/32")],
+            endpoint: Some(format!("198.18.{x}.2:51821")),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(51821),
+        address: vec![format!("198.19.{x}.2/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("198.19.{x}.1/32")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (a, b)
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct IfaceConf {
     pub private_key: String,
