@@ -362,7 +362,12 @@ impl SlotPool {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.slots[index as usize][..packet.len()].copy_from_slice(packet);
+        let slot = &mut self.slots[index as usize];
+        if slot.len() < self.slot_size {
+            // Made before the window's packet size was raised: grown once.
+            *slot = vec![0; self.slot_size].into_boxed_slice();
+        }
+        slot[..packet.len()].copy_from_slice(packet);
         index
     }
 
@@ -460,6 +465,19 @@ impl ReorderWindow {
     /// Packets waiting in the ready queue.
     pub fn ready_packets(&self) -> usize {
         self.ready_len
+    }
+
+    /// Lets packets up to `max_packet` bytes in (a tunnel MTU raised by
+    /// path MTU discovery); never lowers it. Slots already made grow when
+    /// they are next used, so held packets stay where they are.
+    pub fn raise_max_packet(&mut self, max_packet: usize) {
+        let max_packet = max_packet.min(u32::MAX as usize);
+        if max_packet <= self.cfg.max_packet {
+            return;
+        }
+        self.cfg.max_packet = max_packet;
+        self.cfg.max_bytes = self.cfg.max_bytes.max(max_packet);
+        self.pool.slot_size = max_packet;
     }
 
     /// Storage slots allocated so far (each `max_packet` bytes).

@@ -255,6 +255,11 @@ impl Device {
 
     pub fn set_mtu(&mut self, mtu: usize) {
         self.mtu = mtu;
+        // A raised tunnel MTU must not push full-size packets past the
+        // reorder windows (they would skip reordering and open gaps).
+        for p in self.peers.iter_mut().flatten() {
+            p.reorder.raise_max_packet(mtu);
+        }
     }
 
     /// Test only: rekey sessions this often instead of every 120 s, so

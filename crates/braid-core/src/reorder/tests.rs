@@ -439,6 +439,24 @@ fn oversized_packets_are_refused_untouched() {
 }
 
 #[test]
+fn a_raised_max_packet_lets_bigger_packets_in_and_grows_old_slots() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    rx.packet(0, 0, 0, 64);
+    // Counter 2 waits for 1 in a slot made at the old size (100 bytes).
+    assert_eq!(rx.packet(100, 2, 0, 100), Some(InsertOutcome::Buffered));
+    rx.w.raise_max_packet(200);
+    rx.packet(200, 1, 0, 64);
+    assert_eq!(rx.delivered, [0, 1, 2]);
+    // That slot is free again; a 200-byte packet waiting for 3 reuses it.
+    assert_eq!(rx.packet(300, 4, 0, 200), Some(InsertOutcome::Buffered));
+    assert_eq!(rx.packet(400, 3, 0, 200), Some(InsertOutcome::Ready));
+    assert_eq!(rx.delivered, [0, 1, 2, 3, 4]);
+    // Lowering is refused: 200 bytes still fit.
+    rx.w.raise_max_packet(50);
+    assert_eq!(rx.packet(500, 6, 0, 200), Some(InsertOutcome::Buffered));
+}
+
+#[test]
 fn an_undrained_ready_queue_refuses_and_recovers() {
     let mut w = ReorderWindow::new(ReorderConfig {
         capacity: 2,
