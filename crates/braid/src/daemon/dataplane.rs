@@ -3,15 +3,21 @@
 //! ```text
 //!   outbound thread:  TUN ─read─► [lock] prepare ─► seal ─► sendmmsg ─► UDP
 //!   main thread:      UDP ─recv─► [lock] prepare ─► open ─► [lock] finish ─► TUN
+//!                     (then, if no one is sending, TUN ─read─► … ─► UDP)
 //!                     timers, handshakes, UAPI requests            [lock]
 //! ```
 //!
 //! The device lock covers only the per-packet bookkeeping (routing,
 //! counters, replay and reorder windows, timers); the AEAD work and every
 //! system call run outside it, so encryption and decryption proceed on two
-//! cores at once. Order per peer holds because each direction has exactly
-//! one thread: counters are assigned in TUN order and a batch is sent
-//! whole after its seals.
+//! cores at once. Order per peer holds because one thread at a time sends
+//! from the TUN (the `Sender` lock, held from read to send): counters are
+//! assigned in TUN order and a batch is sent whole after its seals.
+//!
+//! What the main thread writes to the TUN often answers at once (a ping
+//! reply, the TCP ACKs of the data just written, the data those ACKs
+//! release). The main thread sends that itself when the outbound thread
+//! is idle, so a round trip costs one thread wake-up less on each side.
 
 use super::lines::Lines;
 use crate::config::MssFix;
@@ -45,6 +51,26 @@ pub struct Shared {
     tunnel_mtu: AtomicU32,
     /// Path MTU: the TUN MTU that follows the paths, too-big answers.
     pub path_mtu: super::pmtu::PathMtu,
+    /// Whoever holds it sends from the TUN.
+    sender: Mutex<Sender>,
+}
+
+/// The scratch of sending from the TUN, owned by the lock that makes one
+/// thread at a time do it.
+struct Sender {
+    batch: PacketBatch,
+    control: PacketBatch,
+    jobs: CryptoJobs,
+}
+
+impl Sender {
+    fn new(batch_size: usize, slot_bytes: usize) -> Sender {
+        Sender {
+            batch: PacketBatch::new(batch_size, slot_bytes),
+            control: PacketBatch::new(batch_size, slot_bytes),
+            jobs: CryptoJobs::new(),
+        }
+    }
 }
 
 impl Shared {
@@ -68,6 +94,7 @@ impl Shared {
             mss_fix,
             tunnel_mtu: AtomicU32::new(mtu),
             path_mtu,
+            sender: Mutex::new(Sender::new(super::BATCH, super::SLOT_BYTES)),
         }
     }
 
@@ -154,16 +181,52 @@ pub fn transmit_pending(
     }
 }
 
+/// Reads one batch from the TUN and sends it; false when the TUN had
+/// nothing.
+fn send_one_batch(shared: &Shared, sender: &mut Sender) -> std::io::Result<bool> {
+    let Sender {
+        batch,
+        control,
+        jobs,
+    } = sender;
+    if shared.tun.read_batch(batch)? == 0 {
+        return Ok(false);
+    }
+    shared.clamp_mss(batch);
+    shared.path_mtu.answer_oversize(&shared.tun, batch)?;
+    let now = Instant::now();
+    let (pending, deadline) = {
+        let mut device = shared.device();
+        device.prepare_encapsulate(now, batch, jobs);
+        (device.has_pending_transmit(), device.poll_timeout())
+    };
+    jobs.seal(batch);
+    shared.lines().send(batch)?;
+    if pending {
+        transmit_pending(shared, now, control)?;
+    }
+    shared.wake_main_before(deadline);
+    Ok(true)
+}
+
+/// For the main thread after it wrote to the TUN: sends up to
+/// `max_batches` of what the TUN holds now, unless the outbound thread is
+/// already at it (then that thread sends it, as always).
+pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Result<()> {
+    let Ok(mut sender) = shared.sender.try_lock() else {
+        return Ok(());
+    };
+    for _ in 0..max_batches {
+        if !send_one_batch(shared, &mut sender)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// The outbound thread: TUN → encrypt → UDP until told to stop or the TUN
 /// fails. Returns the error that ended it, if any.
-pub fn run_outbound(
-    shared: Arc<Shared>,
-    batch_size: usize,
-    slot_bytes: usize,
-) -> std::io::Result<()> {
-    let mut batch = PacketBatch::new(batch_size, slot_bytes);
-    let mut control = PacketBatch::new(batch_size, slot_bytes);
-    let mut jobs = CryptoJobs::new();
+pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
     let result = (|| {
         while !shared.stopping() {
             let fds = [(shared.tun.as_raw_fd(), Interest::READABLE)];
@@ -172,25 +235,13 @@ pub fn run_outbound(
                 continue;
             }
             // Drain the TUN: batches go out as soon as they are read, never
-            // waiting to fill.
+            // waiting to fill. The lock is taken per batch so the main
+            // thread finds it free whenever this thread has nothing to do.
             while !shared.stopping() {
-                if shared.tun.read_batch(&mut batch)? == 0 {
+                let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
+                if !send_one_batch(&shared, &mut sender)? {
                     break;
                 }
-                shared.clamp_mss(&mut batch);
-                shared.path_mtu.answer_oversize(&shared.tun, &mut batch)?;
-                let now = Instant::now();
-                let (pending, deadline) = {
-                    let mut device = shared.device();
-                    device.prepare_encapsulate(now, &mut batch, &mut jobs);
-                    (device.has_pending_transmit(), device.poll_timeout())
-                };
-                jobs.seal(&mut batch);
-                shared.lines().send(&batch)?;
-                if pending {
-                    transmit_pending(&shared, now, &mut control)?;
-                }
-                shared.wake_main_before(deadline);
             }
         }
         Ok(())

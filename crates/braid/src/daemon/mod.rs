@@ -42,6 +42,10 @@ const SLOT_BYTES: usize = 9 * 1024 + 256;
 /// the other lines have their turn (each batch spends at most
 /// `MAX_HANDSHAKES_PER_BATCH` on handshakes).
 const RECV_BATCHES_PER_WAKE: usize = 8;
+/// How many TUN batches the main thread sends itself after writing to the
+/// TUN (when the outbound thread is idle): enough for what the write made
+/// the kernel answer, bounded so receiving is not held up.
+const SEND_BATCHES_AFTER_WRITE: usize = 2;
 /// Largest MTU a slot can carry.
 pub const MAX_MTU: u32 = 9000;
 /// How often housekeeping (link still there? MTU changed?) runs.
@@ -381,7 +385,7 @@ impl Daemon {
         let shared = self.shared.clone();
         let outbound = std::thread::Builder::new()
             .name("braid-outbound".into())
-            .spawn(move || dataplane::run_outbound(shared, BATCH, SLOT_BYTES))?;
+            .spawn(move || dataplane::run_outbound(shared))?;
         let result = self.main_loop();
         self.shared.request_stop();
         let outbound = outbound
@@ -479,6 +483,7 @@ impl Daemon {
             if pending {
                 dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
             }
+            dataplane::send_from_tun_if_idle(&self.shared, SEND_BATCHES_AFTER_WRITE)?;
             if n < BATCH {
                 break;
             }
