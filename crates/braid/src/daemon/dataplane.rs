@@ -53,6 +53,16 @@ pub struct Shared {
     pub path_mtu: super::pmtu::PathMtu,
     /// Whoever holds it sends from the TUN.
     sender: Mutex<Sender>,
+    /// Whoever holds it receives from the lines and writes to the TUN.
+    receiver: Mutex<Receiver>,
+}
+
+/// The scratch of receiving, owned by the lock that makes one thread at a
+/// time do it (so what one line delivers reaches the TUN in order).
+pub struct Receiver {
+    batch: PacketBatch,
+    control: PacketBatch,
+    jobs: CryptoJobs,
 }
 
 /// The scratch of sending from the TUN, owned by the lock that makes one
@@ -95,6 +105,11 @@ impl Shared {
             tunnel_mtu: AtomicU32::new(mtu),
             path_mtu,
             sender: Mutex::new(Sender::new(super::BATCH, super::SLOT_BYTES)),
+            receiver: Mutex::new(Receiver {
+                batch: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
+                control: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
+                jobs: CryptoJobs::new(),
+            }),
         }
     }
 
@@ -124,6 +139,10 @@ impl Shared {
         // A thread that panicked holding the lock leaves a device that is
         // still consistent enough to shut down with.
         self.device.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn receiver(&self) -> MutexGuard<'_, Receiver> {
+        self.receiver.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn lines(&self) -> RwLockReadGuard<'_, Lines> {
@@ -224,6 +243,90 @@ pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Re
     Ok(())
 }
 
+/// Receives up to `max_batches` from `line`, decrypting outside the
+/// device lock, and writes what they carry to the TUN; then sends what
+/// that made the kernel answer, if the outbound thread is idle. Returns
+/// how many datagrams came in.
+pub fn receive_from_line(
+    shared: &Shared,
+    receiver: &mut Receiver,
+    line: usize,
+    max_batches: usize,
+) -> std::io::Result<usize> {
+    let Receiver {
+        batch,
+        control,
+        jobs,
+    } = receiver;
+    let mut received = 0;
+    for _ in 0..max_batches {
+        let n = shared.lines().recv(line, batch)?;
+        if n == 0 {
+            break;
+        }
+        received += n;
+        let now = Instant::now();
+        shared.device().prepare_decapsulate(now, batch, jobs);
+        jobs.open(batch);
+        let pending = {
+            let mut device = shared.device();
+            device.finish_decapsulate(now, batch, jobs);
+            device.has_pending_transmit()
+        };
+        shared.clamp_mss(batch);
+        shared.tun.write_batch(batch)?;
+        write_released_into(shared, control)?;
+        if pending {
+            transmit_pending(shared, now, control)?;
+        }
+        send_from_tun_if_idle(shared, SEND_BATCHES_AFTER_WRITE)?;
+        if n < batch.capacity() {
+            break;
+        }
+    }
+    Ok(received)
+}
+
+/// How many TUN batches a thread sends after writing to the TUN (when the
+/// outbound thread is idle): enough for what the write made the kernel
+/// answer, bounded so receiving is not held up.
+const SEND_BATCHES_AFTER_WRITE: usize = 2;
+
+/// Writes what the reorder windows released (after the batch it follows,
+/// so order holds).
+pub fn write_released(shared: &Shared, receiver: &mut Receiver) -> std::io::Result<()> {
+    write_released_into(shared, &mut receiver.control)
+}
+
+fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Result<()> {
+    loop {
+        out.clear();
+        let more = shared.device().poll_tun(out);
+        if !out.is_empty() {
+            shared.clamp_mss(out);
+            shared.tun.write_batch(out)?;
+        }
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
+/// For the outbound thread between batches: takes in what the lines hold
+/// now (one batch each) unless the main thread is already at it. The
+/// answers to what was just sent (ACKs that open the TCP window) then
+/// reach the TUN without waiting for the main thread to wake.
+fn receive_if_idle(shared: &Shared) -> std::io::Result<()> {
+    let Ok(mut receiver) = shared.receiver.try_lock() else {
+        return Ok(());
+    };
+    let lines = shared.lines().all().len();
+    for line in 0..lines {
+        receive_from_line(shared, &mut receiver, line, 1)?;
+    }
+    Ok(())
+}
+
 /// The outbound thread: TUN → encrypt → UDP until told to stop or the TUN
 /// fails. Returns the error that ended it, if any.
 pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
@@ -242,6 +345,8 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
                 if !send_one_batch(&shared, &mut sender)? {
                     break;
                 }
+                drop(sender);
+                receive_if_idle(&shared)?;
             }
         }
         Ok(())

@@ -25,7 +25,7 @@ use crate::config::{Config, MssFix, Transport};
 use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
 use background::ReadyPipe;
 use braid_core::batch::PacketBatch;
-use braid_core::device::{CryptoJobs, Device};
+use braid_core::device::Device;
 use braid_io::{netcfg, poll, Interest, Tun, UdpSocket, Waker};
 use control::{InterfaceState, Pending};
 use dataplane::Shared;
@@ -42,10 +42,6 @@ const SLOT_BYTES: usize = 9 * 1024 + 256;
 /// the other lines have their turn (each batch spends at most
 /// `MAX_HANDSHAKES_PER_BATCH` on handshakes).
 const RECV_BATCHES_PER_WAKE: usize = 8;
-/// How many TUN batches the main thread sends itself after writing to the
-/// TUN (when the outbound thread is idle): enough for what the write made
-/// the kernel answer, bounded so receiving is not held up.
-const SEND_BATCHES_AFTER_WRITE: usize = 2;
 /// Largest MTU a slot can carry.
 pub const MAX_MTU: u32 = 9000;
 /// How often housekeeping (link still there? MTU changed?) runs.
@@ -307,9 +303,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         )),
         state,
         requests,
-        udp_batch: PacketBatch::new(BATCH, SLOT_BYTES),
         control_batch: PacketBatch::new(BATCH, SLOT_BYTES),
-        jobs: CryptoJobs::new(),
         routes: installed,
         guardian,
     };
@@ -371,9 +365,7 @@ struct Daemon {
     shared: Arc<Shared>,
     state: InterfaceState,
     requests: Receiver<Pending>,
-    udp_batch: PacketBatch,
     control_batch: PacketBatch,
-    jobs: CryptoJobs,
     routes: routes::Installed,
     guardian: Option<guardian::Guardian>,
 }
@@ -459,52 +451,19 @@ impl Daemon {
         Ok(())
     }
 
-    /// Receives batches until the socket is drained (bounded, so timers
-    /// and requests are not starved), decrypting outside the device lock.
+    /// Receives from `line` until it is drained (bounded, so timers and
+    /// requests are not starved).
     fn on_udp_readable(&mut self, line: usize) -> std::io::Result<()> {
-        for _ in 0..RECV_BATCHES_PER_WAKE {
-            let n = self.shared.lines().recv(line, &mut self.udp_batch)?;
-            if n == 0 {
-                break;
-            }
-            let now = Instant::now();
-            self.shared
-                .device()
-                .prepare_decapsulate(now, &mut self.udp_batch, &mut self.jobs);
-            self.jobs.open(&mut self.udp_batch);
-            let pending = {
-                let mut device = self.shared.device();
-                device.finish_decapsulate(now, &mut self.udp_batch, &self.jobs);
-                device.has_pending_transmit()
-            };
-            self.shared.clamp_mss(&mut self.udp_batch);
-            self.shared.tun.write_batch(&self.udp_batch)?;
-            self.write_released()?;
-            if pending {
-                dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
-            }
-            dataplane::send_from_tun_if_idle(&self.shared, SEND_BATCHES_AFTER_WRITE)?;
-            if n < BATCH {
-                break;
-            }
-        }
+        let mut receiver = self.shared.receiver();
+        dataplane::receive_from_line(&self.shared, &mut receiver, line, RECV_BATCHES_PER_WAKE)?;
         Ok(())
     }
 
     /// Writes what the reorder windows released (after the batch it
     /// follows, so order holds).
     fn write_released(&mut self) -> std::io::Result<()> {
-        loop {
-            self.control_batch.clear();
-            let more = self.shared.device().poll_tun(&mut self.control_batch);
-            if !self.control_batch.is_empty() {
-                self.shared.clamp_mss(&mut self.control_batch);
-                self.shared.tun.write_batch(&self.control_batch)?;
-            }
-            if !more {
-                return Ok(());
-            }
-        }
+        let mut receiver = self.shared.receiver();
+        dataplane::write_released(&self.shared, &mut receiver)
     }
 
     fn serve_requests(&mut self) {
