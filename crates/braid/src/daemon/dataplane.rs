@@ -200,16 +200,17 @@ pub fn transmit_pending(
     }
 }
 
-/// Reads one batch from the TUN and sends it; false when the TUN had
-/// nothing.
-fn send_one_batch(shared: &Shared, sender: &mut Sender) -> std::io::Result<bool> {
+/// Reads one batch from the TUN and sends it; returns how many packets
+/// it read (0: the TUN had nothing).
+fn send_one_batch(shared: &Shared, sender: &mut Sender) -> std::io::Result<usize> {
     let Sender {
         batch,
         control,
         jobs,
     } = sender;
-    if shared.tun.read_batch(batch)? == 0 {
-        return Ok(false);
+    let read = shared.tun.read_batch(batch)?;
+    if read == 0 {
+        return Ok(0);
     }
     shared.clamp_mss(batch);
     shared.path_mtu.answer_oversize(&shared.tun, batch)?;
@@ -225,7 +226,7 @@ fn send_one_batch(shared: &Shared, sender: &mut Sender) -> std::io::Result<bool>
         transmit_pending(shared, now, control)?;
     }
     shared.wake_main_before(deadline);
-    Ok(true)
+    Ok(read)
 }
 
 /// For the main thread after it wrote to the TUN: sends up to
@@ -236,7 +237,7 @@ pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Re
         return Ok(());
     };
     for _ in 0..max_batches {
-        if !send_one_batch(shared, &mut sender)? {
+        if send_one_batch(shared, &mut sender)? == 0 {
             break;
         }
     }
@@ -312,7 +313,12 @@ fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Resul
     }
 }
 
-/// For the outbound thread between batches: takes in what the lines hold
+/// A batch this large means bulk sending: what comes back is mostly the
+/// ACKs for it, worth taking in at once. A thread that sent only a few
+/// packets (ACKs itself) leaves receiving to the main thread.
+const BULK_BATCH: usize = 16;
+
+/// For the outbound thread between bulk batches: takes in what the lines hold
 /// now (one batch each) unless the main thread is already at it. The
 /// answers to what was just sent (ACKs that open the TCP window) then
 /// reach the TUN without waiting for the main thread to wake.
@@ -342,11 +348,14 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
             // thread finds it free whenever this thread has nothing to do.
             while !shared.stopping() {
                 let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
-                if !send_one_batch(&shared, &mut sender)? {
+                let sent = send_one_batch(&shared, &mut sender)?;
+                if sent == 0 {
                     break;
                 }
                 drop(sender);
-                receive_if_idle(&shared)?;
+                if sent >= BULK_BATCH {
+                    receive_if_idle(&shared)?;
+                }
             }
         }
         Ok(())
