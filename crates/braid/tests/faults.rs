@@ -158,6 +158,36 @@ fn peer_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Both ends up over two lines in redundant mode, the tunnel answering.
+/// Dropped in field order: daemons, then lines, then namespaces.
+struct RedundantTunnel {
+    _daemons: (ChildGuard, ChildGuard),
+    _lines: (Veth, Veth),
+    nsa: Netns,
+    nsb: Netns,
+    x: u8,
+}
+
+impl RedundantTunnel {
+    fn up(env: &TestEnv) -> RedundantTunnel {
+        let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+        let (x, v1, v2) = two_lines(env, &nsa, &nsb);
+        let (ka, kb) = (Keys::new(), Keys::new());
+        let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+        let (ca, cb) = pair_confs(&ka, &kb, x, redundant_paths(x), None);
+        let b = up(env, &nsb, &ifb, &cb);
+        let a = up(env, &nsa, &ifa, &ca);
+        assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+        RedundantTunnel {
+            _daemons: (a, b),
+            _lines: (v1, v2),
+            nsa,
+            nsb,
+            x,
+        }
+    }
+}
+
 #[test]
 fn one_of_two_lines_cut_and_restored() {
     let test = "one_of_two_lines_cut_and_restored";
@@ -165,15 +195,9 @@ fn one_of_two_lines_cut_and_restored() {
         return;
     }
     let env = TestEnv::new(test);
-    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    let (x, _v1, _v2) = two_lines(&env, &nsa, &nsb);
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ca, cb) = pair_confs(&ka, &kb, x, redundant_paths(x), None);
-    let _b = up(&env, &nsb, &ifb, &cb);
-    let _a = up(&env, &nsa, &ifa, &ca);
-    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
-    let (seq, tcp) = carry_through(&nsa, &nsb, x, 6, |start| {
+    let tunnel = RedundantTunnel::up(&env);
+    let (nsa, nsb, x) = (&tunnel.nsa, &tunnel.nsb, tunnel.x);
+    let (seq, tcp) = carry_through(nsa, nsb, x, 6, |start| {
         sleep_until(start + Duration::from_secs(2));
         nsa.ip(&["link", "set", "va1", "down"])
             .expect_ok("cut line 1");
@@ -181,7 +205,7 @@ fn one_of_two_lines_cut_and_restored() {
         nsa.ip(&["link", "set", "va1", "up"])
             .expect_ok("restore line 1");
     });
-    judge(test, &nsa, x, &seq, &tcp);
+    judge(test, nsa, x, &seq, &tcp);
 }
 
 #[test]
@@ -191,17 +215,11 @@ fn both_lines_cut_longer_than_keepalive_and_rekey_timers() {
         return;
     }
     let env = TestEnv::new(test);
-    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    let (x, _v1, _v2) = two_lines(&env, &nsa, &nsb);
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ca, cb) = pair_confs(&ka, &kb, x, redundant_paths(x), None);
-    let _b = up(&env, &nsb, &ifb, &cb);
-    let _a = up(&env, &nsa, &ifa, &ca);
-    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    let tunnel = RedundantTunnel::up(&env);
+    let (nsa, nsb, x) = (&tunnel.nsa, &tunnel.nsb, tunnel.x);
     // 16 s dark: longer than KEEPALIVE_TIMEOUT (10 s) + REKEY_TIMEOUT (5 s),
     // so keepalives go unanswered and handshake retries run into the cut.
-    let (seq, tcp) = carry_through(&nsa, &nsb, x, 20, |start| {
+    let (seq, tcp) = carry_through(nsa, nsb, x, 20, |start| {
         sleep_until(start + Duration::from_secs(1));
         for line in ["va1", "va2"] {
             nsa.ip(&["link", "set", line, "down"]).expect_ok("cut");
@@ -211,7 +229,7 @@ fn both_lines_cut_longer_than_keepalive_and_rekey_timers() {
             nsa.ip(&["link", "set", line, "up"]).expect_ok("restore");
         }
     });
-    judge(test, &nsa, x, &seq, &tcp);
+    judge(test, nsa, x, &seq, &tcp);
 }
 
 #[test]
