@@ -237,7 +237,8 @@ impl Lab {
         c
     }
 
-    fn braid_in(&self, ns: &str) -> Command {
+    /// This braid binary, run in namespace `ns`.
+    pub fn braid_in(&self, ns: &str) -> Command {
         self.cmd_in(ns, &self.braid)
     }
 

@@ -1,4 +1,5 @@
 pub mod bench_crypto;
+pub mod bench_echo;
 pub mod bench_flood;
 pub mod bench_lines;
 pub mod bench_tunnel;

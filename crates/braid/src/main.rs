@@ -115,6 +115,13 @@ enum BenchCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// ICMP echo round trips at a fixed interval, sleeping between probes
+    /// (what `bench tunnel` measures latency with).
+    #[command(disable_help_flag = true)]
+    Echo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// One VPN between two namespaces: TCP throughput, ping, CPU per GB
     /// (braid, none, wireguard-go, boringtun, openvpn).
     #[command(disable_help_flag = true)]
@@ -162,6 +169,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Lines { args }) => braid::bench_lines::run(&args),
         Command::Bench(BenchCommand::Crypto { args }) => braid::bench_crypto::run(&args),
         Command::Bench(BenchCommand::Tunnel { args }) => braid::bench_tunnel::run(&args),
+        Command::Bench(BenchCommand::Echo { args }) => braid::bench_echo::run(&args),
         Command::Bench(BenchCommand::HandshakeFlood { args }) => braid::bench_flood::run(&args),
         Command::Interface(args) => interface(&args),
     };

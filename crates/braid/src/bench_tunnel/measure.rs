@@ -1,6 +1,7 @@
 //! What one round of `braid bench tunnel` measures, and the small
-//! statistics it needs: iperf3 transfers, ping round-trip times (idle and
-//! under load), and the CPU time of the VPN processes from /proc.
+//! statistics it needs: iperf3 transfers, ICMP echo round-trip times
+//! (idle and under load, from `braid bench echo`), and the CPU time of
+//! the VPN processes from /proc.
 
 use crate::lab::{self, ChildId, Lab, LabResult};
 use serde_json::Value;
@@ -214,14 +215,18 @@ impl Path<'_> {
         })
     }
 
-    /// `count` pings from A to the target at the ping interval.
+    /// `count` echo requests from A to the target at the ping interval,
+    /// by `braid bench echo` (iputils ping would busy-wait between them,
+    /// taking CPU from the VPN under test).
     fn spawn_ping(&mut self, count: usize, log: &str) -> LabResult<ChildId> {
         let deadline = (count as f64 * PING_INTERVAL_S).ceil() as u64 + 3;
-        let mut ping = self.lab.cmd_in(self.ns_a, "ping");
-        ping.args(["-n", "-i", &PING_INTERVAL_S.to_string()])
-            .args(["-c", &count.to_string(), "-w", &deadline.to_string()])
-            .args(["-W", "1", self.target]);
-        self.lab.spawn(ping, log)
+        let mut echo = self.lab.braid_in(self.ns_a);
+        echo.args(["bench", "echo", "--interval"])
+            .arg(format!("{}ms", PING_INTERVAL_S * 1e3))
+            .args(["--count", &count.to_string()])
+            .args(["--deadline", &format!("{deadline}s"), "--wait", "1s"])
+            .arg(self.target);
+        self.lab.spawn(echo, log)
     }
 
     fn finish_ping(&mut self, id: ChildId, log: &str) -> PingSample {

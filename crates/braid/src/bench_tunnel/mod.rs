@@ -20,6 +20,7 @@ mod underlay_loss;
 mod vpn;
 
 use crate::lab::{self, Lab, LabResult};
+pub(crate) use measure::percentile;
 use measure::{Path, PingSample, Progress, Transfer};
 use serde_json::{json, Map, Value};
 use std::time::Instant;
@@ -32,9 +33,10 @@ usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm
                           [--quick] [--json] [--label TEXT]
 
 Measures one VPN between two network namespaces joined by veth: iperf3 one
-TCP stream, four streams and one reverse stream (Gbit/s), ping idle and
-under load (p50/p99), and the CPU seconds the VPN processes spend per GB
-of the single stream. A progress line on stderr, a table (or --json) on
+TCP stream, four streams and one reverse stream (Gbit/s), ICMP echo every
+10 ms idle and under load (p50/p99; `braid bench echo`, which sleeps
+between probes where iputils ping busy-waits), and the CPU seconds the VPN
+processes spend per GB of the single stream. A progress line on stderr, a table (or --json) on
 stdout.
 
   --vpn KIND        braid (default: this binary, `braid up`),
