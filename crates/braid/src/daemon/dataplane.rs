@@ -282,12 +282,15 @@ pub fn receive_from_line(
             device.has_pending_transmit()
         };
         shared.clamp_mss(batch);
-        shared.tun.write_batch(batch)?;
-        write_released_into(shared, control)?;
+        let written = shared.tun.write_batch(batch)? + write_released_into(shared, control)?;
         if pending {
             transmit_pending(shared, now, control)?;
         }
-        send_from_tun_if_idle(shared, SEND_BATCHES_AFTER_WRITE)?;
+        // A batch of duplicates (the other line's copies) wrote nothing,
+        // so the kernel has nothing to answer.
+        if written > 0 {
+            send_from_tun_if_idle(shared, SEND_BATCHES_AFTER_WRITE)?;
+        }
         if n < batch.capacity() {
             break;
         }
@@ -303,19 +306,21 @@ const SEND_BATCHES_AFTER_WRITE: usize = 2;
 /// Writes what the reorder windows released (after the batch it follows,
 /// so order holds).
 pub fn write_released(shared: &Shared, receiver: &mut Receiver) -> std::io::Result<()> {
-    write_released_into(shared, &mut receiver.control)
+    write_released_into(shared, &mut receiver.control).map(drop)
 }
 
-fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Result<()> {
+/// Returns how many packets it wrote.
+fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Result<usize> {
+    let mut written = 0;
     loop {
         out.clear();
         let more = shared.device().poll_tun(out);
         if !out.is_empty() {
             shared.clamp_mss(out);
-            shared.tun.write_batch(out)?;
+            written += shared.tun.write_batch(out)?;
         }
         if !more {
-            return Ok(());
+            return Ok(written);
         }
     }
 }
