@@ -36,8 +36,8 @@ Measures one VPN between two network namespaces joined by veth: iperf3 one
 TCP stream, four streams and one reverse stream (Gbit/s), ICMP echo every
 10 ms idle and under load (p50/p99; `braid bench echo`, which sleeps
 between probes where iputils ping busy-waits), and the CPU seconds the VPN
-processes spend per GB of the single stream. A progress line on stderr, a table (or --json) on
-stdout.
+processes spend per GB of the single stream. A progress line on stderr, a
+table (or --json) on stdout.
 
   --vpn KIND        braid (default: this binary, `braid up`),
                     none (raw veth, no tunnel),
