@@ -41,6 +41,26 @@ fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
     }
 }
 
+/// Sets an integer socket option on `fd`.
+pub fn setsockopt_int(
+    fd: std::os::fd::RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
 /// Like [`cvt`] for `ssize_t` results (read/write).
 fn cvt_size(ret: libc::ssize_t) -> std::io::Result<usize> {
     if ret < 0 {

@@ -14,7 +14,7 @@
 use braid_io::offload::checksum::checksum;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 const USAGE: &str = "\
 usage: braid bench echo [--interval D] [--count N] [--deadline D] [--wait D] TARGET
@@ -143,7 +143,7 @@ fn probe(
 ) -> std::io::Result<Rtts> {
     // Both ends of a round trip on the realtime clock: the kernel stamps
     // arrivals with it.
-    let mut sent_at: Vec<Option<f64>> = vec![None; usize::from(args.count) + 1];
+    let mut sent_at: Vec<Option<SystemTime>> = vec![None; usize::from(args.count) + 1];
     let mut rtts = Rtts {
         sent: 0,
         received: Vec::with_capacity(usize::from(args.count)),
@@ -160,7 +160,7 @@ fn probe(
         }
         if rtts.sent < args.count && now >= next_send {
             rtts.sent += 1;
-            sent_at[usize::from(rtts.sent)] = Some(realtime_ms());
+            sent_at[usize::from(rtts.sent)] = Some(SystemTime::now());
             socket.send_request(rtts.sent)?;
             last_sent = now;
             // A fixed schedule; a late wake-up does not make a burst.
@@ -183,30 +183,19 @@ fn probe(
         if !socket.wait_readable(wake.saturating_duration_since(Instant::now()))? {
             continue;
         }
-        while let Some((seq, arrived_ms)) = socket.recv_reply(&mut buf)? {
+        while let Some((seq, arrived)) = socket.recv_reply(&mut buf)? {
             let Some(sent) = sent_at.get_mut(usize::from(seq)).and_then(Option::take) else {
                 continue; // not ours, a duplicate, or never sent
             };
-            let ms = (arrived_ms.unwrap_or_else(realtime_ms) - sent).max(0.0);
+            let arrived = arrived.unwrap_or_else(SystemTime::now);
+            let ms = arrived
+                .duration_since(sent)
+                .map_or(0.0, |d| d.as_secs_f64() * 1e3);
             rtts.received.push(ms);
             on_reply(seq, ms);
         }
     }
     Ok(rtts)
-}
-
-fn realtime_ms() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    timespec_ms(&ts)
-}
-
-fn timespec_ms(ts: &libc::timespec) -> f64 {
-    ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
 }
 
 /// A raw ICMP (or ICMPv6) socket that sends echo requests with one
@@ -236,20 +225,7 @@ impl EchoSocket {
         }
         // SAFETY: `fd` was just opened and is owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let on: libc::c_int = 1;
-        // SAFETY: a c_int option value of the right size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        braid_io::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
         Ok(EchoSocket {
             fd,
             target,
@@ -316,8 +292,8 @@ impl EchoSocket {
     }
 
     /// The next echo reply with our identifier: its sequence number and the
-    /// kernel's arrival stamp (ms, realtime). None when nothing is left.
-    fn recv_reply(&self, buf: &mut [u8]) -> std::io::Result<Option<(u16, Option<f64>)>> {
+    /// kernel's arrival stamp. None when nothing is left.
+    fn recv_reply(&self, buf: &mut [u8]) -> std::io::Result<Option<(u16, Option<SystemTime>)>> {
         loop {
             let mut iov = libc::iovec {
                 iov_base: buf.as_mut_ptr().cast(),
@@ -344,7 +320,7 @@ impl EchoSocket {
             }
             let packet = &buf[..n as usize];
             if let Some(seq) = self.reply_seq(packet) {
-                return Ok(Some((seq, kernel_stamp_ms(&msg))));
+                return Ok(Some((seq, braid_io::udp::arrival_time(&msg))));
             }
         }
     }
@@ -368,24 +344,6 @@ impl EchoSocket {
         }
         Some(u16::from_be_bytes([icmp[6], icmp[7]]))
     }
-}
-
-/// The `SO_TIMESTAMPNS` arrival time in `msg`'s control data, in ms.
-fn kernel_stamp_ms(msg: &libc::msghdr) -> Option<f64> {
-    // SAFETY: the CMSG_* walk stays within msg_control/msg_controllen as
-    // the kernel filled them in.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
-        while !cmsg.is_null() {
-            let c = &*cmsg;
-            if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SO_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast());
-                return Some(timespec_ms(&ts));
-            }
-            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
-        }
-    }
-    None
 }
 
 fn socket_address(ip: IpAddr) -> (libc::sockaddr_storage, libc::socklen_t) {

@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::cvt;
+use crate::{cvt, setsockopt_int};
 
 /// Token of the listening socket in the epoll set.
 pub const LISTENER: u64 = u64::MAX;
@@ -137,25 +137,6 @@ impl AsRawFd for Timer {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
-}
-
-pub fn setsockopt_int(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
 }
 
 /// How long sent data may stay unacknowledged, or an idle connection

@@ -33,6 +33,8 @@ use std::time::{Duration, SystemTime};
 
 use braid_core::batch::PacketBatch;
 
+use crate::setsockopt_int;
+
 use addr::{decode_addr, encode_addr};
 pub use cmsg::arrival_time;
 use gro::RxScratch;
@@ -334,23 +336,4 @@ impl AsFd for UdpSocket {
 /// poisoned lock is still usable.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn setsockopt_int(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
-    // SAFETY: passes a pointer to a live c_int and its exact size.
-    crate::cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
 }

@@ -176,17 +176,9 @@ fn receiver(
         pin(0, load_cpus());
         sock.set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
-        let one: libc::c_int = 1;
-        // SAFETY: setsockopt with a pointer to a live c_int and its size.
-        unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+        // Without kernel stamps the delays fall back to the time of reading.
+        let _ =
+            braid_io::setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
         let mut bufs: Vec<Vec<u8>> = (0..GEN_BATCH).map(|_| vec![0u8; 2048]).collect();
         let mut iovs = Vec::with_capacity(GEN_BATCH);
         let mut hdrs = headers(&mut bufs, &mut iovs);
