@@ -59,32 +59,26 @@ pub struct Shared {
     /// Path MTU: the TUN MTU that follows the paths, too-big answers.
     pub path_mtu: super::pmtu::PathMtu,
     /// Whoever holds it sends from the TUN.
-    sender: Mutex<Sender>,
+    sender: Mutex<Scratch>,
     /// Whoever holds it receives from the lines and writes to the TUN.
-    receiver: Mutex<Receiver>,
+    receiver: Mutex<Scratch>,
 }
 
-/// The scratch of receiving, owned by the lock that makes one thread at a
-/// time do it (so what one line delivers reaches the TUN in order).
-pub struct Receiver {
+/// The batches and crypto jobs of one direction (sending from the TUN, or
+/// receiving from the lines), owned by the lock that lets one thread at a
+/// time do it: so a line's packets reach the TUN, and the TUN's reach the
+/// lines, in order.
+pub struct Scratch {
     batch: PacketBatch,
     control: PacketBatch,
     jobs: CryptoJobs,
 }
 
-/// The scratch of sending from the TUN, owned by the lock that makes one
-/// thread at a time do it.
-struct Sender {
-    batch: PacketBatch,
-    control: PacketBatch,
-    jobs: CryptoJobs,
-}
-
-impl Sender {
-    fn new(batch_size: usize, slot_bytes: usize) -> Sender {
-        Sender {
-            batch: PacketBatch::new(batch_size, slot_bytes),
-            control: PacketBatch::new(batch_size, slot_bytes),
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            batch: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
+            control: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
             jobs: CryptoJobs::new(),
         }
     }
@@ -111,12 +105,8 @@ impl Shared {
             mss_fix,
             tunnel_mtu: AtomicU32::new(mtu),
             path_mtu,
-            sender: Mutex::new(Sender::new(super::BATCH, super::SLOT_BYTES)),
-            receiver: Mutex::new(Receiver {
-                batch: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
-                control: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
-                jobs: CryptoJobs::new(),
-            }),
+            sender: Mutex::new(Scratch::new()),
+            receiver: Mutex::new(Scratch::new()),
         }
     }
 
@@ -148,7 +138,7 @@ impl Shared {
         self.device.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn receiver(&self) -> MutexGuard<'_, Receiver> {
+    pub fn receiver(&self) -> MutexGuard<'_, Scratch> {
         self.receiver.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -209,8 +199,8 @@ pub fn transmit_pending(
 
 /// Reads one batch from the TUN and sends it; returns how many packets
 /// it read (0: the TUN had nothing).
-fn send_one_batch(shared: &Shared, sender: &mut Sender) -> std::io::Result<usize> {
-    let Sender {
+fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<usize> {
+    let Scratch {
         batch,
         control,
         jobs,
@@ -257,11 +247,11 @@ pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Re
 /// how many datagrams came in.
 pub fn receive_from_line(
     shared: &Shared,
-    receiver: &mut Receiver,
+    receiver: &mut Scratch,
     line: usize,
     max_batches: usize,
 ) -> std::io::Result<usize> {
-    let Receiver {
+    let Scratch {
         batch,
         control,
         jobs,
@@ -305,7 +295,7 @@ const SEND_BATCHES_AFTER_WRITE: usize = 2;
 
 /// Writes what the reorder windows released (after the batch it follows,
 /// so order holds).
-pub fn write_released(shared: &Shared, receiver: &mut Receiver) -> std::io::Result<()> {
+pub fn write_released(shared: &Shared, receiver: &mut Scratch) -> std::io::Result<()> {
     write_released_into(shared, &mut receiver.control).map(drop)
 }
 
