@@ -207,6 +207,20 @@ fn pair_test(test: &str, ia: Impl, ib: Impl, fam: Family) {
         );
     }
 
+    // After bulk sending in both directions and a pause, light traffic
+    // still gets through both ways (braid hands the TUN from its outbound
+    // thread back to its main thread when sending turns light or idle).
+    std::thread::sleep(Duration::from_millis(500));
+    for (from, to, dir) in [(&nsa, &tb, "A->B"), (&nsb, &ta, "B->A")] {
+        let p = ping(from, to, 5);
+        assert!(
+            p.received == 5 && p.loss_percent == 0.0,
+            "{test}: {dir} ping after the bulk transfers lost packets:\n{}{}",
+            p.output,
+            diag(&both)
+        );
+    }
+
     // Status as seen by the stock tools (and braid's own view) on each side.
     for (side, ns, ifname, keys) in [(&side_a, &nsa, &ifa, &ka), (&side_b, &nsb, &ifb, &kb)] {
         let show = assert_wg_show_handshake_and_transfer(ns, ifname);

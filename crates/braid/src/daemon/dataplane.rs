@@ -6,6 +6,7 @@
 //!   main thread:      UDP ─recv─► [lock] prepare ─► open ─► [lock] finish ─► TUN
 //!                     (then, if no one is sending, TUN ─read─► … ─► UDP)
 //!                     timers, handshakes, UAPI requests            [lock]
+//!                     while sending is light: TUN ─read─► … ─► UDP too
 //! ```
 //!
 //! The device lock covers only the per-packet bookkeeping (routing,
@@ -25,6 +26,10 @@
 //! between its batches when the main thread is not already at it. On a
 //! virtual machine a wake-up of an idle core costs about 10 µs, which is
 //! what a ping through the tunnel and a TCP window waited for.
+//!
+//! For the same reason the outbound thread watches the TUN only while
+//! sending is bulk; otherwise the main thread watches it next to the
+//! lines (see [`run_outbound`]).
 
 use super::lines::Lines;
 use crate::config::MssFix;
@@ -62,6 +67,12 @@ pub struct Shared {
     sender: Mutex<Scratch>,
     /// Whoever holds it receives from the lines and writes to the TUN.
     receiver: Mutex<Scratch>,
+    /// Whether the outbound thread watches the TUN (bulk sending) or the
+    /// main thread does, next to the lines (light traffic); see
+    /// [`run_outbound`].
+    outbound_watches_tun: AtomicBool,
+    /// Ends the outbound thread's sleep while the main thread watches.
+    outbound_waker: Waker,
 }
 
 /// The batches and crypto jobs of one direction (sending from the TUN, or
@@ -93,8 +104,8 @@ impl Shared {
         mtu: u32,
         mss_fix: MssFix,
         path_mtu: super::pmtu::PathMtu,
-    ) -> Shared {
-        Shared {
+    ) -> std::io::Result<Shared> {
+        Ok(Shared {
             device: Mutex::new(device),
             tun,
             lines: RwLock::new(lines),
@@ -107,7 +118,9 @@ impl Shared {
             path_mtu,
             sender: Mutex::new(Scratch::new()),
             receiver: Mutex::new(Scratch::new()),
-        }
+            outbound_watches_tun: AtomicBool::new(false),
+            outbound_waker: Waker::new()?,
+        })
     }
 
     /// Records a new interface MTU for the device and the MSS clamp.
@@ -170,6 +183,26 @@ impl Shared {
 
     pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
+        let _ = self.waker.wake();
+        let _ = self.outbound_waker.wake();
+    }
+
+    /// Whether the main thread is to watch the TUN in its poll.
+    pub fn main_watches_tun(&self) -> bool {
+        !self.outbound_watches_tun.load(Ordering::SeqCst)
+    }
+
+    /// Each hand-over wakes the thread that takes over, which reads the
+    /// flag again before it sleeps: whatever order two hand-overs race in,
+    /// both threads end up agreeing on the last one, and the TUN (level
+    /// triggered) is never left unwatched.
+    fn hand_tun_to_outbound(&self) {
+        self.outbound_watches_tun.store(true, Ordering::SeqCst);
+        let _ = self.outbound_waker.wake();
+    }
+
+    fn hand_tun_to_main(&self) {
+        self.outbound_watches_tun.store(false, Ordering::SeqCst);
         let _ = self.waker.wake();
     }
 
@@ -335,19 +368,69 @@ fn receive_if_idle(shared: &Shared) -> std::io::Result<()> {
     Ok(())
 }
 
+/// For the main thread when the TUN is readable while it watches it: sends
+/// what the TUN holds, and hands the TUN to the outbound thread once the
+/// traffic is bulk (a batch of [`BULK_BATCH`] or more, or more batches
+/// waiting than one wake-up may send), so sealing runs next to receiving.
+pub fn send_from_tun_as_watcher(shared: &Shared) -> std::io::Result<()> {
+    let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..SEND_BATCHES_PER_WATCHER_WAKE {
+        let sent = send_one_batch(shared, &mut sender)?;
+        if sent == 0 {
+            return Ok(());
+        }
+        if sent >= BULK_BATCH {
+            break;
+        }
+    }
+    drop(sender);
+    shared.hand_tun_to_outbound();
+    Ok(())
+}
+
+/// How many batches the main thread sends from the TUN per wake-up while
+/// it watches the TUN; the traffic is light, so this is rarely reached.
+const SEND_BATCHES_PER_WATCHER_WAKE: usize = 4;
+
+/// After this many wake-ups in a row that sent no bulk batch (mostly
+/// ACKs, or nothing because the main thread had taken it already), the
+/// outbound thread hands the TUN back to the main thread.
+const LIGHT_WAKES_BEFORE_HANDBACK: u32 = 64;
+
 /// The outbound thread: TUN → encrypt → UDP until told to stop or the TUN
 /// fails. Returns the error that ended it, if any.
+///
+/// It watches the TUN only while the sending is bulk. With light traffic
+/// (a receiver's ACKs, pings, interactive use) the main thread watches the
+/// TUN next to the lines and sends what it holds, mostly right after the
+/// TUN write that made the kernel answer; a second thread woken by every
+/// packet entering the TUN would then only find the sender lock taken or
+/// the TUN empty, and its wake-ups took CPU from the threads doing the
+/// work. The main thread hands the TUN over when it reads a bulk batch;
+/// this thread hands it back after [`LIGHT_WAKES_BEFORE_HANDBACK`] light
+/// wake-ups or an idle [`OUTBOUND_POLL`].
 pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
     let result = (|| {
+        let mut light_wakes = 0;
         while !shared.stopping() {
+            if shared.main_watches_tun() {
+                let fds = [(shared.outbound_waker.as_raw_fd(), Interest::READABLE)];
+                if poll::wait(&fds, Some(OUTBOUND_POLL))?.is_readable(0) {
+                    shared.outbound_waker.drain()?;
+                }
+                light_wakes = 0;
+                continue;
+            }
             let fds = [(shared.tun.as_raw_fd(), Interest::READABLE)];
             let ready = poll::wait(&fds, Some(OUTBOUND_POLL))?;
             if !ready.is_readable(0) {
+                shared.hand_tun_to_main();
                 continue;
             }
             // Drain the TUN: batches go out as soon as they are read, never
             // waiting to fill. The lock is taken per batch so the main
             // thread finds it free whenever this thread has nothing to do.
+            let mut bulk = false;
             while !shared.stopping() {
                 let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
                 let sent = send_one_batch(&shared, &mut sender)?;
@@ -356,8 +439,14 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
                 }
                 drop(sender);
                 if sent >= BULK_BATCH {
+                    bulk = true;
                     receive_if_idle(&shared)?;
                 }
+            }
+            light_wakes = if bulk { 0 } else { light_wakes + 1 };
+            if light_wakes >= LIGHT_WAKES_BEFORE_HANDBACK {
+                light_wakes = 0;
+                shared.hand_tun_to_main();
             }
         }
         Ok(())

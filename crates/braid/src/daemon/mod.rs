@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!   outbound thread: TUN ──read_batch──► encapsulate ──send_batch──► UDP
+//!                    (while sending is bulk; else the main thread does it)
 //!   main thread:     UDP ──recv_batch──► decapsulate ──write_batch─► TUN
 //!                    timers, handshakes, keepalives ─► UDP
 //!   UAPI socket thread ──channel + eventfd──► main thread applies, answers
@@ -300,7 +301,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
                 mtu,
                 BATCH,
             ),
-        )),
+        )?),
         state,
         requests,
         control_batch: PacketBatch::new(BATCH, SLOT_BYTES),
@@ -404,14 +405,17 @@ impl Daemon {
             let mut leftovers = [false; poll::MAX_FDS];
             let n_lines = {
                 let lines = self.shared.lines();
-                let n = lines.all().len().min(poll::MAX_FDS - 1);
+                let n = lines.all().len().min(poll::MAX_FDS - 2);
                 for (i, socket) in lines.all().iter().take(n).enumerate() {
                     fds[1 + i] = (socket.poll_fd(), Interest::READABLE);
                     leftovers[i] = socket.has_pending();
                 }
                 n
             };
-            let fds = &fds[..1 + n_lines];
+            let tun_index = 1 + n_lines;
+            fds[tun_index] = (self.shared.tun.as_raw_fd(), Interest::READABLE);
+            let watch_tun = self.shared.main_watches_tun();
+            let fds = &fds[..tun_index + usize::from(watch_tun)];
             let wait = if leftovers.contains(&true) {
                 Duration::ZERO
             } else {
@@ -422,6 +426,9 @@ impl Daemon {
                 if leftover || ready.is_readable(1 + line) {
                     self.on_udp_readable(line)?;
                 }
+            }
+            if watch_tun && ready.is_readable(tun_index) {
+                dataplane::send_from_tun_as_watcher(&self.shared)?;
             }
             if ready.is_readable(0) {
                 self.shared.waker.drain()?;
