@@ -395,7 +395,7 @@ const SEND_BATCHES_PER_WATCHER_WAKE: usize = 4;
 /// After this many wake-ups in a row that sent no bulk batch (mostly
 /// ACKs, or nothing because the main thread had taken it already), the
 /// outbound thread hands the TUN back to the main thread.
-const LIGHT_WAKES_BEFORE_HANDBACK: u32 = 64;
+const LIGHT_WAKES_BEFORE_HANDBACK: u32 = 32;
 
 /// The outbound thread: TUN → encrypt → UDP until told to stop or the TUN
 /// fails. Returns the error that ended it, if any.
