@@ -23,7 +23,7 @@ pub mod wake;
 
 pub use poll::{wait, Interest, Readiness};
 pub use tcp::TcpLine;
-pub use tun::{Offload, OffloadStats, Tun};
+pub use tun::{Offload, OffloadStats, Tun, TunRead};
 pub use udp::UdpSocket;
 pub use wake::Waker;
 

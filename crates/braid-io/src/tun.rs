@@ -48,6 +48,16 @@ pub enum Offload {
     Off,
 }
 
+/// What one [`Tun::read_batch`] brought.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunRead {
+    /// Packets now in the batch.
+    pub packets: usize,
+    /// The TUN had nothing more when the read ended: another read right
+    /// away would only be a system call that finds it empty.
+    pub emptied: bool,
+}
+
 /// An open, non-persistent TUN interface; see the module documentation.
 #[derive(Debug)]
 pub struct Tun {
@@ -230,7 +240,8 @@ impl Tun {
     }
 
     /// Clears `batch` and fills it with the packets that are ready, up to its
-    /// capacity; returns how many (0 when none was ready).
+    /// capacity; returns how many (0 when none was ready) and whether the
+    /// TUN was found empty.
     ///
     /// Each packet lands in its slot at [`HEADROOM`] and is at most
     /// `stride - HEADROOM - TAILROOM` bytes; a longer one is dropped (and
@@ -238,13 +249,14 @@ impl Tun {
     /// interface MTU. With offload, a super-packet's segments fill
     /// consecutive slots; segments that do not fit wait for the next call
     /// (see [`has_pending`](Self::has_pending)), nothing is dropped.
-    pub fn read_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
+    pub fn read_batch(&self, batch: &mut PacketBatch) -> io::Result<TunRead> {
         if self.offload {
             return self.read_batch_offload(batch);
         }
         batch.clear();
         let max = batch.stride() - HEADROOM - TAILROOM;
         let mut n = 0;
+        let mut emptied = false;
         while n < batch.capacity() {
             // The kernel silently truncates a packet to the buffer, so offer
             // one byte of the (still unused) tailroom more: a read that fills
@@ -258,7 +270,10 @@ impl Tun {
                     batch.set_packet(n, HEADROOM, len, NO_ADDR);
                     n += 1;
                 }
-                Ok(Step::WouldBlock) => break,
+                Ok(Step::WouldBlock) => {
+                    emptied = true;
+                    break;
+                }
                 Ok(Step::Skip) => {}
                 // Report what was read; a persistent error recurs next call.
                 Err(_) if n > 0 => break,
@@ -266,7 +281,10 @@ impl Tun {
             }
         }
         batch.set_len(n);
-        Ok(n)
+        Ok(TunRead {
+            packets: n,
+            emptied,
+        })
     }
 
     /// Writes every non-empty packet of `batch` to the interface; returns

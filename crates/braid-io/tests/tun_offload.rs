@@ -174,8 +174,10 @@ impl Relay {
                 for (from, to) in [(&a, &b), (&b, &a)] {
                     // Drain, but also honour segments held back by a full batch.
                     loop {
-                        let n = from.read_batch(&mut batch).unwrap();
+                        let read = from.read_batch(&mut batch).unwrap();
+                        let n = read.packets;
                         if n == 0 {
+                            assert!(read.emptied, "an empty read must say the TUN was empty");
                             break;
                         }
                         if check {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use braid_core::batch::{PacketBatch, HEADROOM, TAILROOM};
 
-use super::{Step, Tun, NO_ADDR};
+use super::{Step, Tun, TunRead, NO_ADDR};
 use crate::offload::coalesce::{write_gso_header, Planner, GSO_HEADER_MAX, MAX_MEMBERS};
 use crate::offload::split::Tso;
 use crate::offload::{complete_checksum, VnetHdr, F_NEEDS_CSUM, GSO_NONE, VNET_HDR_LEN};
@@ -87,13 +87,14 @@ impl WriteScratch {
 }
 
 impl Tun {
-    pub(super) fn read_batch_offload(&self, batch: &mut PacketBatch) -> io::Result<usize> {
+    pub(super) fn read_batch_offload(&self, batch: &mut PacketBatch) -> io::Result<TunRead> {
         batch.clear();
         let max = batch.stride() - HEADROOM - TAILROOM;
         let capacity = batch.capacity();
         let mut rx = self.rx.lock().unwrap();
         let rx = &mut *rx;
         let mut n = 0;
+        let mut emptied = false;
         if let Some(mut p) = rx.pending.take() {
             self.deliver(batch, &mut n, max, &rx.buf, &mut p);
             if p.next < p.tso.segments() {
@@ -116,7 +117,10 @@ impl Tun {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                Ok(Step::WouldBlock) => break,
+                Ok(Step::WouldBlock) => {
+                    emptied = true;
+                    break;
+                }
                 Err(_) if n > 0 => break,
                 Err(e) => return Err(e),
             };
@@ -171,7 +175,10 @@ impl Tun {
             }
         }
         batch.set_len(n);
-        Ok(n)
+        Ok(TunRead {
+            packets: n,
+            emptied,
+        })
     }
 
     /// Writes the remaining segments of `p` (in `buf`) into the slots from

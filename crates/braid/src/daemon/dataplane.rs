@@ -36,7 +36,7 @@ use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
 use braid_core::device::{CryptoJobs, Device};
 use braid_core::mss::{self, MssLimit};
-use braid_io::{poll, Interest, Tun, Waker};
+use braid_io::{poll, Interest, Tun, TunRead, Waker};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -230,17 +230,17 @@ pub fn transmit_pending(
     }
 }
 
-/// Reads one batch from the TUN and sends it; returns how many packets
-/// it read (0: the TUN had nothing).
-fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<usize> {
+/// Reads one batch from the TUN and sends it; returns what the read
+/// brought (0 packets: the TUN had nothing).
+fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunRead> {
     let Scratch {
         batch,
         control,
         jobs,
     } = sender;
     let read = shared.tun.read_batch(batch)?;
-    if read == 0 {
-        return Ok(0);
+    if read.packets == 0 {
+        return Ok(read);
     }
     shared.clamp_mss(batch);
     shared.path_mtu.answer_oversize(&shared.tun, batch)?;
@@ -267,7 +267,8 @@ pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Re
         return Ok(());
     };
     for _ in 0..max_batches {
-        if send_one_batch(shared, &mut sender)? == 0 {
+        let read = send_one_batch(shared, &mut sender)?;
+        if read.packets == 0 || read.emptied {
             break;
         }
     }
@@ -375,12 +376,12 @@ fn receive_if_idle(shared: &Shared) -> std::io::Result<()> {
 pub fn send_from_tun_as_watcher(shared: &Shared) -> std::io::Result<()> {
     let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..SEND_BATCHES_PER_WATCHER_WAKE {
-        let sent = send_one_batch(shared, &mut sender)?;
-        if sent == 0 {
-            return Ok(());
-        }
-        if sent >= BULK_BATCH {
+        let read = send_one_batch(shared, &mut sender)?;
+        if read.packets >= BULK_BATCH {
             break;
+        }
+        if read.packets == 0 || read.emptied {
+            return Ok(());
         }
     }
     drop(sender);
@@ -433,14 +434,19 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
             let mut bulk = false;
             while !shared.stopping() {
                 let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
-                let sent = send_one_batch(&shared, &mut sender)?;
-                if sent == 0 {
+                let read = send_one_batch(&shared, &mut sender)?;
+                if read.packets == 0 {
                     break;
                 }
                 drop(sender);
-                if sent >= BULK_BATCH {
+                if read.packets >= BULK_BATCH {
                     bulk = true;
                     receive_if_idle(&shared)?;
+                }
+                // More may have come in meanwhile; the poll says so
+                // without a read that finds the TUN empty.
+                if read.emptied {
+                    break;
                 }
             }
             light_wakes = if bulk { 0 } else { light_wakes + 1 };
