@@ -266,9 +266,14 @@ pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Re
     let Ok(mut sender) = shared.sender.try_lock() else {
         return Ok(());
     };
-    for _ in 0..max_batches {
+    for sent in 1.. {
         let read = send_one_batch(shared, &mut sender)?;
         if read.packets == 0 || read.emptied {
+            break;
+        }
+        // Segments of a super-packet held back by a full batch wake no
+        // poll: whoever read the super-packet sends all of it.
+        if sent >= max_batches && !shared.tun.has_pending() {
             break;
         }
     }
@@ -422,11 +427,14 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
                 light_wakes = 0;
                 continue;
             }
-            let fds = [(shared.tun.as_raw_fd(), Interest::READABLE)];
-            let ready = poll::wait(&fds, Some(OUTBOUND_POLL))?;
-            if !ready.is_readable(0) {
-                shared.hand_tun_to_main();
-                continue;
+            // Segments held back by the main thread's last (full) batch
+            // before it handed the TUN over wake no poll.
+            if !shared.tun.has_pending() {
+                let fds = [(shared.tun.as_raw_fd(), Interest::READABLE)];
+                if !poll::wait(&fds, Some(OUTBOUND_POLL))?.is_readable(0) {
+                    shared.hand_tun_to_main();
+                    continue;
+                }
             }
             // Drain the TUN: batches go out as soon as they are read, never
             // waiting to fill. The lock is taken per batch so the main
