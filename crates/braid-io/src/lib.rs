@@ -61,6 +61,27 @@ pub fn setsockopt_int(
     .map(drop)
 }
 
+/// Asks the kernel to back `region` (a batch's
+/// [`huge_page_region`](braid_core::batch::PacketBatch::huge_page_region))
+/// with transparent huge pages, which Debian's default (`madvise`) only
+/// does when asked. It is advice: a kernel without them (`EINVAL`) leaves
+/// the memory as it was, and the caller may ignore the error.
+pub fn advise_huge_pages(region: &mut [u8]) -> std::io::Result<()> {
+    if region.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: the range is memory this process owns (a live mutable
+    // slice); MADV_HUGEPAGE changes how it is backed, never its contents.
+    cvt(unsafe {
+        libc::madvise(
+            region.as_mut_ptr().cast(),
+            region.len(),
+            libc::MADV_HUGEPAGE,
+        )
+    })
+    .map(drop)
+}
+
 /// Like [`cvt`] for `ssize_t` results (read/write).
 fn cvt_size(ret: libc::ssize_t) -> std::io::Result<usize> {
     if ret < 0 {

@@ -88,8 +88,8 @@ pub struct Scratch {
 impl Scratch {
     fn new() -> Scratch {
         Scratch {
-            batch: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
-            control: PacketBatch::new(super::BATCH, super::SLOT_BYTES),
+            batch: super::data_plane_batch(),
+            control: super::data_plane_batch(),
             jobs: CryptoJobs::new(),
         }
     }
