@@ -200,10 +200,6 @@ fn require_root() -> Result<(), String> {
     Ok(())
 }
 
-fn log_path(name: &str) -> String {
-    format!("/var/log/braid/{name}.log")
-}
-
 fn up(file: &std::path::Path, foreground: bool, privileges: Privileges) -> Result<(), String> {
     // Everything that can be wrong with the file is found before the system
     // is touched.
@@ -253,7 +249,7 @@ fn start(req: UpRequest, foreground: bool) -> Result<(), String> {
     let ready = if foreground {
         background::ReadyPipe::foreground()
     } else {
-        background::daemonize(&log_path(&req.name))
+        background::daemonize(&daemon::log_path(&req.name))
             .map_err(|e| format!("cannot start the daemon: {e}"))?
     };
     daemon::run(req, ready).map_err(|e| e.to_string())

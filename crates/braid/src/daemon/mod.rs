@@ -80,6 +80,11 @@ pub struct UpRequest {
 
 /// Turns a parsed config into the same `set` request the UAPI would send,
 /// so both paths configure the device identically.
+/// Where a daemon started without `--foreground` writes its output.
+pub fn log_path(name: &str) -> String {
+    format!("/var/log/braid/{name}.log")
+}
+
 pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
     let mut set = SetRequest {
         private_key: Some(Some(config.interface.private_key.clone())),

@@ -1224,6 +1224,19 @@ impl Drop for BraidUp<'_> {
             child.terminate();
         }
         force_cleanup(self.ns, &self.ifname, Path::new(BRAID));
+        // What the daemon logged (`braid up` puts it in /var/log/braid)
+        // joins the test's files: shown if the test failed, removed with
+        // them otherwise.
+        let daemon_log = PathBuf::from(format!("/var/log/braid/{}.log", self.ifname));
+        if daemon_log.exists() {
+            let kept = self
+                .log
+                .with_file_name(format!("{}.daemon.log", self.ifname));
+            if fs::rename(&daemon_log, &kept).is_err() {
+                let _ = fs::copy(&daemon_log, &kept);
+                let _ = fs::remove_file(&daemon_log);
+            }
+        }
     }
 }
 
