@@ -6,7 +6,7 @@
 //! place (encrypt: IP packet -> datagram; decrypt: datagram -> IP packet) and
 //! the I/O layer writes them out again. Nothing is allocated per packet.
 //!
-//! An arena of [`HUGE_PAGE`] bytes or more starts on a huge-page boundary,
+//! An arena of half a [`HUGE_PAGE`] or more starts on a huge-page boundary,
 //! so the I/O layer can ask the kernel to back it with huge pages
 //! ([`huge_page_region`](PacketBatch::huge_page_region)): a full batch
 //! touches a hundred slots spread over a megabyte, and with 4 KiB pages
