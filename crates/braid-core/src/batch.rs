@@ -237,10 +237,12 @@ impl PacketBatch {
     /// The whole huge pages the slots lie in, for the I/O layer to advise
     /// the kernel about; empty for an arena smaller than half a huge page.
     pub fn huge_page_region(&mut self) -> &mut [u8] {
-        if self.data.len() == self.capacity() * self.stride {
+        let arena = self.capacity() * self.stride;
+        // Only a large arena was given the slack to be aligned.
+        if self.data.len() == arena {
             return &mut [];
         }
-        let len = (self.capacity() * self.stride).next_multiple_of(HUGE_PAGE);
+        let len = arena.next_multiple_of(HUGE_PAGE);
         &mut self.data[self.base..self.base + len]
     }
 }

@@ -1227,7 +1227,7 @@ impl Drop for BraidUp<'_> {
         // What the daemon logged (`braid up` puts it in /var/log/braid)
         // joins the test's files: shown if the test failed, removed with
         // them otherwise.
-        let daemon_log = PathBuf::from(format!("/var/log/braid/{}.log", self.ifname));
+        let daemon_log = PathBuf::from(braid::daemon::log_path(&self.ifname));
         if daemon_log.exists() {
             let kept = self
                 .log
