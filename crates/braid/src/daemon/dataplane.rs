@@ -403,6 +403,13 @@ const SEND_BATCHES_PER_WATCHER_WAKE: usize = 4;
 /// outbound thread hands the TUN back to the main thread.
 const LIGHT_WAKES_BEFORE_HANDBACK: u32 = 32;
 
+/// A light wake-up this long after the last bulk batch also hands the TUN
+/// back: the bulk is over. Without it, pings after a transfer went through
+/// both threads (the outbound one woken for nothing, waiting for the sender
+/// lock on the reply's path) for the first 32 of them. While a transfer
+/// runs, bulk batches come far more often than this.
+const BULK_OVER_AFTER: Duration = Duration::from_millis(20);
+
 /// The outbound thread: TUN → encrypt → UDP until told to stop or the TUN
 /// fails. Returns the error that ended it, if any.
 ///
@@ -414,17 +421,21 @@ const LIGHT_WAKES_BEFORE_HANDBACK: u32 = 32;
 /// the TUN empty, and its wake-ups took CPU from the threads doing the
 /// work. The main thread hands the TUN over when it reads a bulk batch;
 /// this thread hands it back after [`LIGHT_WAKES_BEFORE_HANDBACK`] light
-/// wake-ups or an idle [`OUTBOUND_POLL`].
+/// wake-ups, a light one [`BULK_OVER_AFTER`] the last bulk batch, or an
+/// idle [`OUTBOUND_POLL`].
 pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
     let result = (|| {
         let mut light_wakes = 0;
+        let mut last_bulk = Instant::now();
         while !shared.stopping() {
             if shared.main_watches_tun() {
                 let fds = [(shared.outbound_waker.as_raw_fd(), Interest::READABLE)];
                 if poll::wait(&fds, Some(OUTBOUND_POLL))?.is_readable(0) {
                     shared.outbound_waker.drain()?;
                 }
+                // Taking over means the main thread just read a bulk batch.
                 light_wakes = 0;
+                last_bulk = Instant::now();
                 continue;
             }
             // Segments held back by the main thread's last (full) batch
@@ -457,8 +468,14 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
                     break;
                 }
             }
-            light_wakes = if bulk { 0 } else { light_wakes + 1 };
-            if light_wakes >= LIGHT_WAKES_BEFORE_HANDBACK {
+            if bulk {
+                light_wakes = 0;
+                last_bulk = Instant::now();
+                continue;
+            }
+            light_wakes += 1;
+            if light_wakes >= LIGHT_WAKES_BEFORE_HANDBACK || last_bulk.elapsed() >= BULK_OVER_AFTER
+            {
                 light_wakes = 0;
                 shared.hand_tun_to_main();
             }
