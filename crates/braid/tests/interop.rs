@@ -362,6 +362,7 @@ impl Drop for WgQuick<'_> {
             let _ = self.down();
         }
         force_cleanup(self.ns, &self.ifname, &self.exe);
+        keep_daemon_log(&self.ifname, Path::new(&self.file));
     }
 }
 

@@ -1224,18 +1224,20 @@ impl Drop for BraidUp<'_> {
             child.terminate();
         }
         force_cleanup(self.ns, &self.ifname, Path::new(BRAID));
-        // What the daemon logged (`braid up` puts it in /var/log/braid)
-        // joins the test's files: shown if the test failed, removed with
-        // them otherwise.
-        let daemon_log = PathBuf::from(braid::daemon::log_path(&self.ifname));
-        if daemon_log.exists() {
-            let kept = self
-                .log
-                .with_file_name(format!("{}.daemon.log", self.ifname));
-            if fs::rename(&daemon_log, &kept).is_err() {
-                let _ = fs::copy(&daemon_log, &kept);
-                let _ = fs::remove_file(&daemon_log);
-            }
+        keep_daemon_log(&self.ifname, &self.log);
+    }
+}
+
+/// Moves what a braid daemon of `ifname` logged (a daemon puts it in
+/// /var/log/braid) next to `beside`, one of the test's files: shown if the
+/// test failed, removed with them otherwise.
+pub fn keep_daemon_log(ifname: &str, beside: &Path) {
+    let daemon_log = PathBuf::from(braid::daemon::log_path(ifname));
+    if daemon_log.exists() {
+        let kept = beside.with_file_name(format!("{ifname}.daemon.log"));
+        if fs::rename(&daemon_log, &kept).is_err() {
+            let _ = fs::copy(&daemon_log, &kept);
+            let _ = fs::remove_file(&daemon_log);
         }
     }
 }
