@@ -245,11 +245,97 @@ impl PacketBatch {
         let len = arena.next_multiple_of(HUGE_PAGE);
         &mut self.data[self.base..self.base + len]
     }
+
+    /// The slots in use as one [`SlotRange`], to be split into ranges that
+    /// different threads work on at once.
+    pub fn slot_range(&mut self) -> SlotRange<'_> {
+        let end = self.base + self.len * self.stride;
+        SlotRange {
+            data: &mut self.data[self.base..end],
+            first: 0,
+            stride: self.stride,
+            slots: &self.slots[..self.len],
+        }
+    }
+}
+
+/// Consecutive slots of a batch, borrowed apart from the others: the
+/// packets of two ranges can be changed on two threads at once. Slots keep
+/// their batch-wide indices.
+pub struct SlotRange<'a> {
+    /// From the start of slot `first` to the end of the range's last slot.
+    data: &'a mut [u8],
+    first: usize,
+    stride: usize,
+    slots: &'a [Slot],
+}
+
+impl<'a> SlotRange<'a> {
+    /// The packet held in slot `i`, which must lie in this range.
+    pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
+        let s = self.slots[i - self.first];
+        let start = (i - self.first) * self.stride + s.offset;
+        &mut self.data[start..start + s.len]
+    }
+
+    /// Splits into the slots before `at` and those from `at` on; `at` lies
+    /// in the range or just past its end.
+    pub fn split_at(self, at: usize) -> (SlotRange<'a>, SlotRange<'a>) {
+        let k = at - self.first;
+        let (head_data, tail_data) = self.data.split_at_mut(k * self.stride);
+        let (head_slots, tail_slots) = self.slots.split_at(k);
+        (
+            SlotRange {
+                data: head_data,
+                first: self.first,
+                stride: self.stride,
+                slots: head_slots,
+            },
+            SlotRange {
+                data: tail_data,
+                first: at,
+                stride: self.stride,
+                slots: tail_slots,
+            },
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_ranges_split_apart_and_keep_indices() {
+        let mut b = PacketBatch::new(4, 64);
+        for k in 0..4u8 {
+            assert!(b.push_with(HEADROOM, UNSPECIFIED, |buf| {
+                buf[..2].copy_from_slice(&[k, k]);
+                2
+            }));
+        }
+        let (mut head, tail) = b.slot_range().split_at(1);
+        let (mut mid, mut last) = tail.split_at(3);
+        head.packet_mut(0)[0] = 10;
+        mid.packet_mut(1)[0] = 11;
+        mid.packet_mut(2)[1] = 12;
+        last.packet_mut(3)[0] = 13;
+        assert_eq!(b.packet(0), [10, 0]);
+        assert_eq!(b.packet(1), [11, 1]);
+        assert_eq!(b.packet(2), [2, 12]);
+        assert_eq!(b.packet(3), [13, 3]);
+    }
+
+    #[test]
+    #[should_panic]
+    fn a_slot_outside_the_range_is_refused() {
+        let mut b = PacketBatch::new(2, 64);
+        for _ in 0..2 {
+            b.push_with(HEADROOM, UNSPECIFIED, |_| 1);
+        }
+        let (_, mut tail) = b.slot_range().split_at(1);
+        tail.packet_mut(0);
+    }
 
     #[test]
     fn push_and_consume() {

@@ -8,7 +8,7 @@
 //! one session, so the keys are kept once per distinct session.
 
 use super::PeerId;
-use crate::batch::PacketBatch;
+use crate::batch::{PacketBatch, SlotRange};
 use crate::cipher::DataKeys;
 use std::sync::Arc;
 
@@ -53,6 +53,8 @@ impl CryptoJobs {
     }
 
     pub(super) fn push(&mut self, slot: usize, pid: PeerId, keys: &Arc<DataKeys>) {
+        // `split` relies on it: jobs follow the batch, one per slot at most.
+        debug_assert!(self.jobs.last().is_none_or(|j| j.slot < slot));
         let key = match self.keys.last() {
             Some(last) if Arc::ptr_eq(last, keys) => self.keys.len() - 1,
             _ => {
@@ -73,20 +75,163 @@ impl CryptoJobs {
     }
 
     /// Seals every prepared data message of `batch` in place.
-    pub fn seal(&self, batch: &mut PacketBatch) {
-        for job in &self.jobs {
-            self.keys[job.key].seal(batch.packet_mut(job.slot));
+    pub fn seal(&mut self, batch: &mut PacketBatch) {
+        if let Some(all) = self.split(batch, 1).next() {
+            all.seal();
         }
     }
 
     /// Opens every data message of `batch` in place, remembering which
     /// authenticated (the device finishes them).
     pub fn open(&mut self, batch: &mut PacketBatch) {
-        for job in &mut self.jobs {
-            job.outcome = match self.keys[job.key].open(batch.packet_mut(job.slot)) {
+        if let Some(all) = self.split(batch, 1).next() {
+            all.open();
+        }
+    }
+
+    /// The jobs in up to `parts` parts of about the same size, each with
+    /// the packets it works on, so that each can be sealed or opened on a
+    /// thread of its own. Fewer parts when there are fewer jobs.
+    pub fn split<'a>(
+        &'a mut self,
+        batch: &'a mut PacketBatch,
+        parts: usize,
+    ) -> impl Iterator<Item = CryptoPart<'a>> {
+        let total = self.jobs.len();
+        let parts = parts.clamp(1, total.max(1));
+        let keys = &self.keys[..];
+        let mut jobs = &mut self.jobs[..];
+        let mut packets = Some(batch.slot_range());
+        (0..parts).map_while(move |k| {
+            let take = total * (k + 1) / parts - total * k / parts;
+            let (mine, later) = std::mem::take(&mut jobs).split_at_mut(take);
+            let next_slot = later.first().map(|j| j.slot);
+            jobs = later;
+            let rest = packets.take()?;
+            let mine_packets = match next_slot {
+                Some(next) => {
+                    let (head, tail) = rest.split_at(next);
+                    packets = Some(tail);
+                    head
+                }
+                None => rest,
+            };
+            (!mine.is_empty()).then_some(CryptoPart {
+                packets: mine_packets,
+                jobs: mine,
+                keys,
+            })
+        })
+    }
+}
+
+/// Some of a batch's jobs with the packets they work on, borrowed apart
+/// from the rest (see [`CryptoJobs::split`]).
+pub struct CryptoPart<'a> {
+    packets: SlotRange<'a>,
+    jobs: &'a mut [Job],
+    keys: &'a [Arc<DataKeys>],
+}
+
+impl CryptoPart<'_> {
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    pub fn seal(mut self) {
+        for job in self.jobs.iter() {
+            self.keys[job.key].seal(self.packets.packet_mut(job.slot));
+        }
+    }
+
+    /// Opens in place, remembering which authenticated.
+    pub fn open(mut self) {
+        for job in self.jobs.iter_mut() {
+            job.outcome = match self.keys[job.key].open(self.packets.packet_mut(job.slot)) {
                 Ok(n) => Outcome::Opened(n),
                 Err(_) => Outcome::Failed,
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cipher::{write_data_header, DataCipher};
+    use crate::crypto::TAG_LEN;
+    use crate::messages::DATA_HEADER_LEN;
+    use std::net::SocketAddr;
+
+    const SLOTS: usize = 11;
+
+    /// A batch of data messages with counters 0.., every third slot
+    /// consumed (no job), and the jobs to seal the rest.
+    fn batch_and_jobs(keys: &Arc<DataKeys>) -> (PacketBatch, CryptoJobs) {
+        let mut batch = PacketBatch::new(SLOTS, 256);
+        let mut jobs = CryptoJobs::new();
+        let addr: SocketAddr = "198.18.0.1:51820".parse().unwrap();
+        for i in 0..SLOTS {
+            batch.push_with(0, addr, |buf| {
+                let text = [i as u8; 40];
+                buf[DATA_HEADER_LEN..DATA_HEADER_LEN + text.len()].copy_from_slice(&text);
+                write_data_header(buf, DataCipher::ChaCha20Poly1305, 1, i as u64, 40, 40)
+            });
+            if i % 3 == 2 {
+                batch.consume(i);
+            } else {
+                jobs.push(i, 0, keys);
+            }
+        }
+        (batch, jobs)
+    }
+
+    #[test]
+    fn parts_cover_every_job_once_and_seal_as_the_whole_does() {
+        let keys = Arc::new(DataKeys::new(&[1; 32], &[2; 32], false));
+        let (mut whole, mut whole_jobs) = batch_and_jobs(&keys);
+        whole_jobs.seal(&mut whole);
+        for parts in [1, 2, 3, 4, 7, 8, 50] {
+            let (mut batch, mut jobs) = batch_and_jobs(&keys);
+            let sizes: Vec<usize> = jobs.split(&mut batch, parts).map(|p| p.len()).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), jobs.len(), "{parts} parts");
+            assert_eq!(sizes.len(), parts.min(jobs.len()));
+            assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
+            for part in jobs.split(&mut batch, parts) {
+                part.seal();
+            }
+            for i in 0..SLOTS {
+                assert_eq!(batch.packet(i), whole.packet(i), "slot {i}, {parts} parts");
+            }
+        }
+    }
+
+    #[test]
+    fn parts_open_and_record_each_outcome() {
+        let sender = Arc::new(DataKeys::new(&[1; 32], &[2; 32], false));
+        let receiver = Arc::new(DataKeys::new(&[2; 32], &[1; 32], false));
+        let (mut batch, mut jobs) = batch_and_jobs(&sender);
+        jobs.seal(&mut batch);
+        batch.packet_mut(4)[DATA_HEADER_LEN] ^= 1;
+        let mut opening = CryptoJobs::new();
+        for job in jobs.jobs() {
+            opening.push(job.slot, 0, &receiver);
+        }
+        for part in opening.split(&mut batch, 3) {
+            part.open();
+        }
+        for job in opening.jobs() {
+            let expected = if job.slot == 4 {
+                Outcome::Failed
+            } else {
+                Outcome::Opened(40)
+            };
+            assert_eq!(job.outcome, expected, "slot {}", job.slot);
+        }
+        assert_eq!(batch.packet(0).len(), DATA_HEADER_LEN + 40 + TAG_LEN);
     }
 }

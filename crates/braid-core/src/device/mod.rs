@@ -21,7 +21,7 @@ mod rate;
 mod receive;
 mod send;
 
-pub use jobs::CryptoJobs;
+pub use jobs::{CryptoJobs, CryptoPart};
 pub use pmtu::PathRoute;
 
 use crate::allowed_ips::{AllowedIps, InvalidPrefix};
