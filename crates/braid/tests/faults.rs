@@ -115,37 +115,6 @@ fn up(env: &TestEnv, ns: &Netns, ifname: &str, conf: &IfaceConf) -> ChildGuard {
     up_with_env(env, ns, ifname, conf, &[])
 }
 
-/// `braid up --foreground` with extra environment (the test-only rekey
-/// knob), waiting until the interface answers `wg show`.
-fn up_with_env(
-    env: &TestEnv,
-    ns: &Netns,
-    ifname: &str,
-    conf: &IfaceConf,
-    vars: &[(&str, &str)],
-) -> ChildGuard {
-    let path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());
-    let mut cmd = ns.cmd(BRAID);
-    cmd.args(["up", "--foreground", &path.to_string_lossy()]);
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    let log = env.path(&format!("{ifname}.{}.log", env.n));
-    let mut child = ChildGuard::spawn(cmd, &format!("braid {ifname}"), &log);
-    let ok = wait_until(LONG, || {
-        !child.running()
-            || (sock_path(ifname).exists()
-                && ns.link_up(ifname)
-                && ns.run("wg", &["show", ifname], SHORT).ok())
-    });
-    assert!(
-        ok && child.running(),
-        "braid {ifname} did not come up:\n{}",
-        child.log_text()
-    );
-    child
-}
-
 fn peer_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
     let out = ns.run(BRAID, &["show", ifname, "--json"], SHORT);
     let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();

@@ -31,6 +31,7 @@
 //! sending is bulk; otherwise the main thread watches it next to the
 //! lines (see [`run_outbound`]).
 
+use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
 use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
@@ -73,6 +74,10 @@ pub struct Shared {
     outbound_watches_tun: AtomicBool,
     /// Ends the outbound thread's sleep while the main thread watches.
     outbound_waker: Waker,
+    /// Crypto helper threads per direction (see [`CryptoHelpers`]).
+    pub crypto_helpers: usize,
+    /// Batch parts sealed or opened by crypto helpers.
+    pub helper_parts: Arc<AtomicU64>,
 }
 
 /// The batches and crypto jobs of one direction (sending from the TUN, or
@@ -83,16 +88,32 @@ pub struct Scratch {
     batch: PacketBatch,
     control: PacketBatch,
     jobs: CryptoJobs,
+    /// Seal or open parts of a large batch next to the thread holding it.
+    helpers: CryptoHelpers,
 }
 
 impl Scratch {
-    fn new() -> Scratch {
-        Scratch {
+    fn new(
+        helpers: usize,
+        name: &str,
+        parts_handed_out: Arc<AtomicU64>,
+    ) -> std::io::Result<Scratch> {
+        Ok(Scratch {
             batch: super::data_plane_batch(),
             control: super::data_plane_batch(),
             jobs: CryptoJobs::new(),
-        }
+            helpers: CryptoHelpers::new(helpers, name, parts_handed_out)?,
+        })
     }
+}
+
+/// How the data plane starts out.
+pub struct Settings {
+    /// The interface MTU.
+    pub mtu: u32,
+    pub mss_fix: MssFix,
+    /// Crypto helper threads per direction.
+    pub crypto_helpers: usize,
 }
 
 impl Shared {
@@ -101,10 +122,15 @@ impl Shared {
         tun: Tun,
         lines: Lines,
         waker: Arc<Waker>,
-        mtu: u32,
-        mss_fix: MssFix,
         path_mtu: super::pmtu::PathMtu,
+        settings: Settings,
     ) -> std::io::Result<Shared> {
+        let Settings {
+            mtu,
+            mss_fix,
+            crypto_helpers: helpers,
+        } = settings;
+        let helper_parts = Arc::new(AtomicU64::new(0));
         Ok(Shared {
             device: Mutex::new(device),
             tun,
@@ -116,8 +142,10 @@ impl Shared {
             mss_fix,
             tunnel_mtu: AtomicU32::new(mtu),
             path_mtu,
-            sender: Mutex::new(Scratch::new()),
-            receiver: Mutex::new(Scratch::new()),
+            sender: Mutex::new(Scratch::new(helpers, "braid-seal", helper_parts.clone())?),
+            receiver: Mutex::new(Scratch::new(helpers, "braid-open", helper_parts.clone())?),
+            crypto_helpers: helpers,
+            helper_parts,
             outbound_watches_tun: AtomicBool::new(false),
             outbound_waker: Waker::new()?,
         })
@@ -237,6 +265,7 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
         batch,
         control,
         jobs,
+        helpers,
     } = sender;
     let read = shared.tun.read_batch(batch)?;
     if read.packets == 0 {
@@ -250,7 +279,7 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
         device.prepare_encapsulate(now, batch, jobs);
         (device.has_pending_transmit(), device.poll_timeout())
     };
-    jobs.seal(batch);
+    helpers.seal(jobs, batch);
     shared.lines().send(batch)?;
     if pending {
         transmit_pending(shared, now, control)?;
@@ -294,6 +323,7 @@ pub fn receive_from_line(
         batch,
         control,
         jobs,
+        helpers,
     } = receiver;
     let mut received = 0;
     for _ in 0..max_batches {
@@ -304,7 +334,7 @@ pub fn receive_from_line(
         received += n;
         let now = Instant::now();
         shared.device().prepare_decapsulate(now, batch, jobs);
-        jobs.open(batch);
+        helpers.open(jobs, batch);
         let pending = {
             let mut device = shared.device();
             device.finish_decapsulate(now, batch, jobs);

@@ -14,6 +14,7 @@
 
 pub mod background;
 pub mod control;
+mod crypto_helpers;
 pub mod dataplane;
 pub mod guardian;
 pub mod lines;
@@ -156,6 +157,13 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         "up, listening on UDP port {}",
         daemon.state.listen_port
     );
+    if daemon.shared.crypto_helpers > 0 {
+        log!(
+            name,
+            "{} crypto helper thread(s) per direction",
+            daemon.shared.crypto_helpers
+        );
+    }
     let result = daemon.event_loop();
     if let Some(guardian) = daemon.guardian.as_mut() {
         if let Err(e) = guardian.pre_down() {
@@ -192,6 +200,8 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         ));
     }
     let set = req.config.as_ref().map(config_to_set).transpose()?;
+    let crypto_helpers = crypto_helpers::helpers_per_direction()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let drop_to = match &req.privileges {
         privilege::Privileges::DropTo(user) => Some((user, privilege::lookup_user(user)?)),
         privilege::Privileges::Keep => None,
@@ -307,8 +317,6 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
             tun,
             lines,
             waker,
-            mtu,
-            mss_fix,
             // Without a config file (`braid NAME`) whoever drives the UAPI
             // (wg-quick) owns the MTU: it is never changed behind its back.
             pmtu::PathMtu::new(
@@ -316,6 +324,11 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
                 mtu,
                 BATCH,
             ),
+            dataplane::Settings {
+                mtu,
+                mss_fix,
+                crypto_helpers,
+            },
         )?),
         state,
         requests,
@@ -515,6 +528,13 @@ impl Daemon {
             ("tunnel_mtu", self.shared.tunnel_mtu().into()),
             ("too_big_answered", self.shared.path_mtu.answer_counts().0),
             ("too_big_suppressed", self.shared.path_mtu.answer_counts().1),
+            ("crypto_helpers", self.shared.crypto_helpers as u64),
+            (
+                "crypto_helper_parts",
+                self.shared
+                    .helper_parts
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
         ];
         control::snapshot(&self.shared.device(), &self.state, &io)
     }

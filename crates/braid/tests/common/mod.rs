@@ -880,6 +880,37 @@ pub struct PeerConf {
     pub braid_lines: Vec<String>,
 }
 
+/// `braid up --foreground` with extra environment (test and tuning
+/// knobs), waiting until the interface answers `wg show`.
+pub fn up_with_env(
+    env: &TestEnv,
+    ns: &Netns,
+    ifname: &str,
+    conf: &IfaceConf,
+    vars: &[(&str, &str)],
+) -> ChildGuard {
+    let path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());
+    let mut cmd = ns.cmd(BRAID);
+    cmd.args(["up", "--foreground", &path.to_string_lossy()]);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let log = env.path(&format!("{ifname}.{}.log", env.n));
+    let mut child = ChildGuard::spawn(cmd, &format!("braid {ifname}"), &log);
+    let ok = wait_until(LONG, || {
+        !child.running()
+            || (sock_path(ifname).exists()
+                && ns.link_up(ifname)
+                && ns.run("wg", &["show", ifname], SHORT).ok())
+    });
+    assert!(
+        ok && child.running(),
+        "braid {ifname} did not come up:\n{}",
+        child.log_text()
+    );
+    child
+}
+
 /// The usual two ends of a tunnel over a [`JoinedPair`] with octet `x`:
 /// A at 198.19.x.1 (port 51820) reaching B at 198.18.x.2:51821, B at
 /// 198.19.x.2 waiting for A. Tests change the fields they are about.
