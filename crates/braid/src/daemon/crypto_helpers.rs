@@ -122,10 +122,17 @@ impl CryptoHelpers {
         }
         let mut split = jobs.split(batch, parts);
         let own = split.next();
+        // Split first: nothing below may fail between handing out a task
+        // and waking the helpers.
+        let mut others: [Option<CryptoPart<'_>>; MAX_HELPERS] = Default::default();
+        for (slot, part) in others.iter_mut().zip(split) {
+            *slot = Some(part);
+        }
         let waiting = WaitForHelpers(&self.pool);
         {
             let mut state = self.pool.lock();
-            for (slot, part) in split.enumerate() {
+            for (slot, part) in others.into_iter().enumerate() {
+                let Some(part) = part else { break };
                 // SAFETY: the part borrows `jobs` and `batch`, which this
                 // function holds until `waiting` is dropped; its drop (also
                 // when unwinding) returns only once every task handed out
@@ -134,9 +141,8 @@ impl CryptoHelpers {
                     unsafe { std::mem::transmute::<CryptoPart<'_>, CryptoPart<'static>>(part) };
                 state.tasks[slot] = Some(Task { part, open });
                 state.running += 1;
+                self.parts_handed_out.fetch_add(1, Ordering::Relaxed);
             }
-            self.parts_handed_out
-                .fetch_add(state.running as u64, Ordering::Relaxed);
         }
         self.pool.work.notify_all();
         if let Some(own) = own {
