@@ -52,8 +52,10 @@ impl CryptoJobs {
         self.jobs.is_empty()
     }
 
-    pub(super) fn push(&mut self, slot: usize, pid: PeerId, keys: &Arc<DataKeys>) {
-        // `split` relies on it: jobs follow the batch, one per slot at most.
+    /// Adds the job of `slot` (the device does, while it prepares a batch;
+    /// benchmarks do too). Jobs follow the batch: one per slot at most, in
+    /// slot order, which [`split`](Self::split) relies on.
+    pub fn push(&mut self, slot: usize, pid: PeerId, keys: &Arc<DataKeys>) {
         debug_assert!(self.jobs.last().is_none_or(|j| j.slot < slot));
         let key = match self.keys.last() {
             Some(last) if Arc::ptr_eq(last, keys) => self.keys.len() - 1,

@@ -14,7 +14,7 @@
 
 pub mod background;
 pub mod control;
-mod crypto_helpers;
+pub mod crypto_helpers;
 pub mod dataplane;
 pub mod guardian;
 pub mod lines;
