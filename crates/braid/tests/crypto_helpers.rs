@@ -26,15 +26,9 @@ const TOOLS: &[&str] = &["ip", "ping", "wg"];
 const AS_FAST_AS_IT_GOES: u64 = 1 << 40;
 
 fn interface_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
-    let out = ns.run(BRAID, &["show", ifname, "--json"], SHORT);
-    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
-    v["extra"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e[0] == name)
-        .and_then(|e| e[1].as_u64())
-        .unwrap_or_else(|| panic!("`braid show {ifname} --json` has no {name}: {}", out.stdout))
+    let (show, text) = braid_show_json(ns, ifname);
+    extra_counter(&show["extra"], name)
+        .unwrap_or_else(|| panic!("`braid show {ifname} --json` has no {name}: {text}"))
 }
 
 #[test]

@@ -116,15 +116,8 @@ fn up(env: &TestEnv, ns: &Netns, ifname: &str, conf: &IfaceConf) -> ChildGuard {
 }
 
 fn peer_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
-    let out = ns.run(BRAID, &["show", ifname, "--json"], SHORT);
-    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
-    v["peers"][0]["extra"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e[0] == name)
-        .and_then(|e| e[1].as_u64())
-        .unwrap_or(0)
+    let (show, _) = braid_show_json(ns, ifname);
+    extra_counter(&show["peers"][0]["extra"], name).unwrap_or(0)
 }
 
 /// Both ends up over two lines in redundant mode, the tunnel answering.

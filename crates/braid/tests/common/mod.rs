@@ -911,6 +911,25 @@ pub fn up_with_env(
     child
 }
 
+/// `braid show IFNAME --json` inside `ns`, parsed (`Null` if it failed),
+/// and its raw text.
+pub fn braid_show_json(ns: &Netns, ifname: &str) -> (serde_json::Value, String) {
+    let out = ns.run(BRAID, &["show", ifname, "--json"], SHORT);
+    let v = serde_json::from_str(&out.stdout).unwrap_or_default();
+    (v, out.stdout)
+}
+
+/// The counter `name` in an `extra` list of `braid show --json` (the
+/// interface's or a peer's): `[["name", value], ...]`.
+pub fn extra_counter(extra: &serde_json::Value, name: &str) -> Option<u64> {
+    extra
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e[0] == name)
+        .and_then(|e| e[1].as_u64())
+}
+
 /// The usual two ends of a tunnel over a [`JoinedPair`] with octet `x`:
 /// A at 198.19.x.1 (port 51820) reaching B at 198.18.x.2:51821, B at
 /// 198.19.x.2 waiting for A. Tests change the fields they are about.
