@@ -13,9 +13,10 @@
 //! counters, replay and reorder windows, timers); the AEAD work and every
 //! system call run outside it, so encryption and decryption proceed on two
 //! cores at once; with more cores, helper threads share the AEAD work of a
-//! large batch (see [`CryptoHelpers`]). Order per peer holds because one thread at a time sends
-//! from the TUN (the `Sender` lock, held from read to send): counters are
-//! assigned in TUN order and a batch is sent whole after its seals. In the
+//! large batch (see [`CryptoHelpers`]). Order per peer holds because one
+//! thread at a time sends from the TUN (the `Sender` lock, held from read
+//! to send): counters are assigned in TUN order and a batch is sent whole
+//! after its seals. In the
 //! same way one thread at a time receives (the `Receiver` lock, held from
 //! recv to the TUN write).
 //!

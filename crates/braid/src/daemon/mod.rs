@@ -54,6 +54,7 @@ fn data_plane_batch() -> PacketBatch {
     let _ = braid_io::advise_huge_pages(batch.huge_page_region());
     batch
 }
+
 /// Largest MTU a slot can carry.
 pub const MAX_MTU: u32 = 9000;
 /// How often housekeeping (link still there? MTU changed?) runs.
@@ -79,13 +80,13 @@ pub struct UpRequest {
     pub privileges: privilege::Privileges,
 }
 
-/// Turns a parsed config into the same `set` request the UAPI would send,
-/// so both paths configure the device identically.
 /// Where a daemon started without `--foreground` writes its output.
 pub fn log_path(name: &str) -> String {
     format!("/var/log/braid/{name}.log")
 }
 
+/// Turns a parsed config into the same `set` request the UAPI would send,
+/// so both paths configure the device identically.
 pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
     let mut set = SetRequest {
         private_key: Some(Some(config.interface.private_key.clone())),
