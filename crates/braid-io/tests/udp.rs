@@ -183,3 +183,44 @@ fn send_and_recv_from_two_threads() {
     idx.sort();
     assert_eq!(idx, (0..rounds * 8).collect::<Vec<_>>());
 }
+
+/// The value of an integer `SOL_SOCKET` option.
+fn socket_option(fd: i32, option: libc::c_int) -> usize {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value`/`len` are a writable int and its size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            option,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "getsockopt {option}");
+    value as usize
+}
+
+/// Redundant lines put every packet into the receiving socket once per
+/// line, so the buffers are what braid asks for even above the sysctl
+/// limit, which root (as the tests run) may pass.
+#[test]
+fn socket_buffers_are_forced_to_what_braid_asks_for() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: forcing socket buffers needs root");
+        return;
+    }
+    let socket = UdpSocket::bind(0).unwrap();
+    let fd = socket.as_raw_fd();
+    // The kernel reports twice what was set (its bookkeeping share).
+    assert_eq!(
+        socket_option(fd, libc::SO_RCVBUF),
+        2 * braid_io::udp::SOCKET_BUFFER
+    );
+    assert_eq!(
+        socket_option(fd, libc::SO_SNDBUF),
+        2 * braid_io::udp::SOCKET_BUFFER
+    );
+}

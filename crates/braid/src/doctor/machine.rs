@@ -12,8 +12,9 @@ use crate::bench_crypto::{self, Cipher};
 const RACE_SIZE: usize = 1420;
 /// Time each cipher seals for; short, since this is a hint, not a benchmark.
 const RACE_TIME: Duration = Duration::from_millis(100);
-/// What braid asks for per UDP socket (braid-io's SOCKET_BUFFER).
-const WANTED_SOCKET_BUFFER: u64 = 4 << 20;
+/// What braid asks for per UDP socket.
+const WANTED_SOCKET_BUFFER: u64 = braid_io::udp::SOCKET_BUFFER as u64;
+const WANTED_MIB: u64 = WANTED_SOCKET_BUFFER >> 20;
 /// A cipher counts as faster only beyond this ratio (the race is short and
 /// the machine may be busy).
 pub const CLEARLY_FASTER: f64 = 1.15;
@@ -181,26 +182,29 @@ fn socket_buffer(key: &str, dir: &str, value: Option<u64>, root: bool) -> Check 
         return Check::warn(
             check,
             format!("/proc/sys/net/core/{key} is unreadable"),
-            "cannot tell whether braid gets its 4 MiB socket buffers",
+            format!("cannot tell whether braid gets its {WANTED_MIB} MiB socket buffers"),
         );
     };
     if v >= WANTED_SOCKET_BUFFER {
-        Check::ok(check, format!("{v}: braid's 4 MiB {dir} buffers fit"))
+        Check::ok(
+            check,
+            format!("{v}: braid's {WANTED_MIB} MiB {dir} buffers fit"),
+        )
     } else if root {
         Check::ok(
             check,
             format!(
-                "{v}, below braid's 4 MiB, but braid run as root (CAP_NET_ADMIN) forces its {dir} buffers past it"
+                "{v}, below braid's {WANTED_MIB} MiB, but braid run as root (CAP_NET_ADMIN) forces its {dir} buffers past it"
             ),
         )
     } else {
         Check::warn(
             check,
             format!(
-                "{v}: braid asks for 4 MiB {dir} buffers and gets less without root (CAP_NET_ADMIN lets it force them)"
+                "{v}: braid asks for {WANTED_MIB} MiB {dir} buffers and gets less without root (CAP_NET_ADMIN lets it force them)"
             ),
             format!(
-                "raise it with `sysctl -w net.core.{key}=8388608` to avoid drops at high rates"
+                "raise it with `sysctl -w net.core.{key}={WANTED_SOCKET_BUFFER}` to avoid drops at high rates"
             ),
         )
     }
@@ -310,7 +314,7 @@ mod tests {
     fn small_socket_buffer_warns_without_root() {
         let c = socket_buffer("rmem_max", "receive", Some(212992), false);
         assert_eq!(c.level, super::super::Level::Warn);
-        assert!(c.finding.starts_with("212992: braid asks for 4 MiB"));
+        assert!(c.finding.starts_with("212992: braid asks for 8 MiB"));
         assert!(c
             .advice
             .unwrap()
