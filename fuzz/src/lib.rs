@@ -5,6 +5,7 @@
 //! Every body must never panic on any input; where a target has a model or
 //! an invariant to check, it asserts it, so a violation is a crash too.
 
+pub mod corpus;
 pub mod input;
 pub mod pair;
 pub mod steer;
@@ -22,7 +23,8 @@ pub mod uapi;
 /// A target body: takes the fuzzer's bytes, panics only on a bug.
 pub type Body = fn(&[u8]);
 
-/// Every target by name, for the stable-toolchain smoke test.
+/// Every target by name, for the stable-toolchain replay (the gate) and
+/// the `replay` program.
 pub const TARGETS: &[(&str, Body)] = &[
     ("datagram_no_session", datagram_no_session::run),
     ("datagram_with_session", datagram_with_session::run),

@@ -1,18 +1,23 @@
-//! Runs every target body over its seed corpus (fuzz/seeds/<target>/) and
-//! a few thousand pseudo-random inputs: on a stable toolchain, without
-//! libFuzzer, the bodies still run in CI.
+//! The test gate's part of fuzzing, on the stable toolchain and with
+//! overflow checks on: every target body over its seed corpus, every
+//! input fuzzing has ever found (`fuzz/regressions/<target>/`), and a fixed
+//! set of mutated seeds. Nothing here is random: the mutations come from a
+//! generator with a constant seed, so every run feeds the same bytes and
+//! two runs on one commit decide the same way. Exploring is
+//! `scripts/fuzz`'s job.
 
+use crate::corpus::{self, replay_command, run_caught};
 use crate::TARGETS;
-use std::path::Path;
 
-/// Inputs per target; the slow ones (a handshake per input) get fewer.
-fn random_inputs(name: &str) -> usize {
+/// Mutated seeds per target; the slow ones (a handshake per input) get fewer.
+fn mutations(name: &str) -> usize {
     match name {
         "datagram_with_session" | "handshake" | "datagram_no_session" => 300,
         _ => 3000,
     }
 }
 
+/// SplitMix64: a fixed, platform-independent sequence from a constant seed.
 fn splitmix(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
@@ -21,34 +26,52 @@ fn splitmix(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn corpus(name: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("seeds")
-        .join(name);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    files.sort();
-    files.iter().filter_map(|p| std::fs::read(p).ok()).collect()
+#[test]
+fn every_target_survives_its_seeds_and_every_past_find() {
+    let mut failures = Vec::new();
+    for &(name, body) in TARGETS {
+        let mut replayed = 0;
+        for kind in corpus::KINDS {
+            for file in corpus::files(&corpus::dir(kind, name)) {
+                let bytes = std::fs::read(&file).expect("readable input");
+                replayed += 1;
+                if let Err(msg) = run_caught(body, &bytes) {
+                    failures.push(format!(
+                        "{name}: {msg}\n    replay: {}",
+                        replay_command(name, &file)
+                    ));
+                }
+            }
+        }
+        assert!(
+            replayed > 0,
+            "{name} has no seeds: the gate would feed it nothing"
+        );
+        eprintln!("{name}: {replayed} seeds and past finds replayed");
+    }
+    assert!(
+        failures.is_empty(),
+        "inputs that panic:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
-fn every_target_survives_its_corpus_and_random_inputs() {
+fn every_target_survives_fixed_mutations_of_its_seeds() {
+    let mut failures = Vec::new();
     for &(name, body) in TARGETS {
-        let seeds = corpus(name);
-        for seed in &seeds {
-            body(seed);
-        }
+        let seeds: Vec<Vec<u8>> = corpus::files(&corpus::dir("seeds", name))
+            .iter()
+            .map(|f| std::fs::read(f).expect("readable seed"))
+            .collect();
         let mut state = name.len() as u64;
-        for i in 0..random_inputs(name) {
+        for i in 0..mutations(name) {
             let len = (splitmix(&mut state) % 512) as usize;
             let mut input: Vec<u8> = (0..len).map(|_| splitmix(&mut state) as u8).collect();
             // Half of them are seeds with a few bytes changed, which keeps
             // the structure the seeds give and reaches deeper.
             if i % 2 == 1 && !seeds.is_empty() {
-                let seed = &seeds[i % seeds.len()];
-                input = seed.clone();
+                input = seeds[i % seeds.len()].clone();
                 for _ in 0..4 {
                     if input.is_empty() {
                         break;
@@ -57,12 +80,19 @@ fn every_target_survives_its_corpus_and_random_inputs() {
                     input[at] = splitmix(&mut state) as u8;
                 }
             }
-            body(&input);
+            if let Err(msg) = run_caught(body, &input) {
+                failures.push(format!(
+                    "{name}: mutation {i} ({} bytes: {:02x?}): {msg}",
+                    input.len(),
+                    input
+                ));
+            }
         }
-        eprintln!(
-            "{name}: {} seeds, {} random inputs",
-            seeds.len(),
-            random_inputs(name)
-        );
+        eprintln!("{name}: {} fixed mutations", mutations(name));
     }
+    assert!(
+        failures.is_empty(),
+        "inputs that panic:\n{}",
+        failures.join("\n")
+    );
 }
