@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use braid_core::batch::PacketBatch;
 
-use super::frames::{RxBuffer, TxBacklog, PREFIX};
+use super::frames::{frame_prefix, RxBuffer, TxBacklog, PREFIX};
 use super::sys::{self, Epoll};
 
 /// Most iovecs one sendmsg takes (IOV_MAX on Linux).
@@ -177,6 +177,9 @@ impl Connection {
     /// with one sendmsg when nothing waits before them, else (and for what
     /// the kernel does not take) into the bounded backlog. Returns how many
     /// went out or wait; the others are dropped.
+    ///
+    /// Panics if a datagram in `slots` is longer than
+    /// [`MAX_FRAME`](super::MAX_FRAME): the caller leaves those out.
     pub fn send(&self, epoll: &Epoll, batch: &PacketBatch, slots: &[usize]) -> usize {
         let mut guard = lock(&self.tx);
         let tx = &mut *guard;
@@ -199,11 +202,8 @@ impl Connection {
         let mut done = 0;
         for (n_chunk, chunk) in slots.chunks(per_call).enumerate() {
             tx.prefixes.clear();
-            tx.prefixes.extend(
-                chunk
-                    .iter()
-                    .map(|&s| (batch.packet(s).len() as u16).to_be_bytes()),
-            );
+            tx.prefixes
+                .extend(chunk.iter().map(|&s| frame_prefix(batch.packet(s))));
             tx.iov.clear();
             for (k, &s) in chunk.iter().enumerate() {
                 let body = batch.packet(s);
@@ -230,6 +230,8 @@ impl Connection {
             };
             // Whole frames the kernel took, then the rest of a frame it took
             // part of, then as many further frames as the backlog holds.
+            // `wrote` never exceeds the iovecs' total, so the loop stops
+            // inside the chunk and the subtraction is guarded by its test.
             let mut k = 0;
             while k < chunk.len() && wrote >= PREFIX + batch.packet(chunk[k]).len() {
                 wrote -= PREFIX + batch.packet(chunk[k]).len();

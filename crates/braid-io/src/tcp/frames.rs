@@ -53,6 +53,9 @@ impl RxBuffer {
 
     /// Where the next read may write; moves a trailing partial frame to the
     /// front first when the tail is too short for a whole frame.
+    ///
+    /// Invariant behind every subtraction below: `start <= end <=
+    /// buf.len()` (`filled` refuses to pass the end).
     pub fn spare(&mut self) -> &mut [u8] {
         if self.buf.len() - self.end < PREFIX + MAX_FRAME {
             self.buf.copy_within(self.start..self.end, 0);
@@ -63,9 +66,13 @@ impl RxBuffer {
     }
 
     /// Records that a read put `n` bytes into [`spare`](Self::spare).
+    ///
+    /// Panics if `n` is more than `spare` offered: a read cannot return
+    /// more than its buffer, and an `end` past the buffer would break
+    /// every later slice (checked in release builds too).
     pub fn filled(&mut self, n: usize) {
+        assert!(n <= self.buf.len() - self.end, "read past the spare room");
         self.end += n;
-        debug_assert!(self.end <= self.buf.len());
     }
 
     /// Whether a whole frame waits in the buffer.
@@ -74,6 +81,7 @@ impl RxBuffer {
         if avail < PREFIX {
             return false;
         }
+        // len <= 65535 from a u16 field, so PREFIX + len cannot overflow.
         let len = u16::from_be_bytes([self.buf[self.start], self.buf[self.start + 1]]) as usize;
         avail >= PREFIX + len
     }
@@ -96,6 +104,8 @@ impl RxBuffer {
             if len > batch.stride() {
                 return Err(FrameError::TooLong(len));
             }
+            // PREFIX + len <= PREFIX + MAX_FRAME <= capacity: a frame that
+            // has not fully arrived always fits once `spare` compacts.
             if self.end - self.start < PREFIX + len {
                 break;
             }
@@ -145,7 +155,11 @@ impl TxBacklog {
     }
 
     /// Records that the kernel took `n` bytes of [`unsent`](Self::unsent).
+    ///
+    /// Panics if `n` is more than was unsent (a send cannot take more than
+    /// it was given; `sent` past the end would break every later slice).
     pub fn consumed(&mut self, n: usize) {
+        assert!(n <= self.buf.len() - self.sent, "sent more than was unsent");
         self.sent += n;
         if self.sent == self.buf.len() {
             self.buf.clear();
@@ -162,8 +176,13 @@ impl TxBacklog {
 
     /// Appends the tail `frame[skip..]` of a frame (prefix included) that
     /// the kernel took the first `skip` bytes of; always fits.
+    ///
+    /// Panics if `datagram` is longer than [`MAX_FRAME`] (its length would
+    /// not fit the prefix: the caller drops such datagrams first) or
+    /// `skip` is not inside the frame.
     pub fn push_rest(&mut self, datagram: &[u8], skip: usize) {
-        let prefix = (datagram.len() as u16).to_be_bytes();
+        let prefix = frame_prefix(datagram);
+        assert!(skip < PREFIX + datagram.len(), "skip past the frame");
         if skip < PREFIX {
             self.buf.extend_from_slice(&prefix[skip..]);
             self.buf.extend_from_slice(datagram);
@@ -173,9 +192,14 @@ impl TxBacklog {
     }
 
     /// Appends a whole frame if it fits under the limit; false means the
-    /// caller drops the datagram.
+    /// caller drops the datagram (also one longer than [`MAX_FRAME`], which
+    /// no prefix can announce).
     pub fn push(&mut self, datagram: &[u8]) -> bool {
-        if self.buf.len() - self.sent + PREFIX + datagram.len() > self.limit {
+        // With datagram.len() <= MAX_FRAME and sent <= buf.len() the sum
+        // below is at most limit + 2 * (PREFIX + MAX_FRAME): no overflow.
+        if datagram.len() > MAX_FRAME
+            || self.buf.len() - self.sent + PREFIX + datagram.len() > self.limit
+        {
             return false;
         }
         if self.sent > 0 && self.buf.len() + PREFIX + datagram.len() > self.buf.capacity() {
@@ -185,6 +209,17 @@ impl TxBacklog {
         self.push_rest(datagram, 0);
         true
     }
+}
+
+/// The length prefix of `datagram`.
+///
+/// Panics if it is longer than [`MAX_FRAME`]: a truncated prefix would
+/// desynchronise the stream for good, so callers drop such datagrams
+/// before they frame them.
+pub fn frame_prefix(datagram: &[u8]) -> [u8; PREFIX] {
+    u16::try_from(datagram.len())
+        .expect("datagrams longer than MAX_FRAME are dropped before framing")
+        .to_be_bytes()
 }
 
 #[cfg(test)]
@@ -274,5 +309,97 @@ mod tests {
         tx.consumed(42);
         assert!(tx.push(&[3; 40]));
         assert_eq!(tx.unsent(), [frame(&[2; 40]), frame(&[3; 40])].concat());
+    }
+
+    #[test]
+    fn a_largest_frame_arrives_whole_in_the_smallest_buffer() {
+        // The buffer holds exactly one largest frame, which arrives in
+        // pieces behind a small one: `spare` has to move it to the front.
+        let mut rx = RxBuffer::new(PREFIX + MAX_FRAME);
+        let big: Vec<u8> = (0..MAX_FRAME).map(|i| (i % 251) as u8).collect();
+        let stream = [frame(&[9; 10]), frame(&big)].concat();
+        let mut batch = PacketBatch::new(2, MAX_FRAME);
+        let mut got = Vec::new();
+        let mut rest = &stream[..];
+        while !rest.is_empty() {
+            let n = rx.spare().len().min(rest.len()).min(1000);
+            assert!(n > 0, "the buffer must always have room for the rest");
+            feed(&mut rx, &rest[..n]);
+            rest = &rest[n..];
+            batch.clear();
+            rx.drain_into(&mut batch, REMOTE, 0).unwrap();
+            got.extend((0..batch.len()).map(|i| batch.packet(i).to_vec()));
+        }
+        assert_eq!(got, [vec![9; 10], big]);
+        assert!(!rx.has_frame());
+    }
+
+    #[test]
+    fn length_prefixes_at_the_extremes() {
+        let mut batch = PacketBatch::new(4, MAX_FRAME);
+        // 65535 announced and only a few bytes there: it waits.
+        let mut rx = RxBuffer::new(PREFIX + MAX_FRAME);
+        feed(&mut rx, &[0xff, 0xff, 1, 2, 3]);
+        assert!(!rx.has_frame());
+        assert_eq!(rx.drain_into(&mut batch, REMOTE, 0), Ok(0));
+        // The same prefix before slots too small for it ends the stream
+        // before anything is copied.
+        let mut small = PacketBatch::new(4, 2048);
+        assert_eq!(
+            rx.drain_into(&mut small, REMOTE, 0),
+            Err(FrameError::TooLong(MAX_FRAME))
+        );
+        assert!(small.is_empty());
+
+        // Half a prefix is no frame; a prefix of 1 waits for its byte.
+        let mut rx = RxBuffer::new(PREFIX + MAX_FRAME);
+        feed(&mut rx, &[0]);
+        assert!(!rx.has_frame());
+        assert_eq!(rx.drain_into(&mut batch, REMOTE, 0), Ok(0));
+        feed(&mut rx, &[1]);
+        assert!(!rx.has_frame());
+        assert_eq!(rx.drain_into(&mut batch, REMOTE, 0), Ok(0));
+        feed(&mut rx, &[7]);
+        assert_eq!(rx.drain_into(&mut batch, REMOTE, 0), Ok(1));
+        assert_eq!(batch.packet(0), [7]);
+
+        // A zero-length frame after a good one: the good one is kept.
+        let mut rx = RxBuffer::new(PREFIX + MAX_FRAME);
+        feed(&mut rx, &[frame(&[4; 3]), vec![0, 0]].concat());
+        batch.clear();
+        assert_eq!(rx.drain_into(&mut batch, REMOTE, 0), Err(FrameError::Empty));
+        assert_eq!(batch.packet(0), [4; 3]);
+    }
+
+    #[test]
+    fn a_datagram_too_long_for_a_prefix_is_refused_not_truncated() {
+        let mut tx = TxBacklog::new(4 * MAX_FRAME);
+        assert!(!tx.push(&vec![1; MAX_FRAME + 1]));
+        assert!(tx.is_empty());
+        assert!(tx.push(&vec![5; MAX_FRAME]));
+        assert_eq!(tx.unsent().len(), PREFIX + MAX_FRAME);
+        assert_eq!(tx.unsent()[..3], [0xff, 0xff, 5]);
+    }
+
+    #[test]
+    #[should_panic(expected = "longer than MAX_FRAME")]
+    fn framing_an_oversized_datagram_panics_in_every_build() {
+        frame_prefix(&vec![0; MAX_FRAME + 1]);
+    }
+
+    #[test]
+    #[should_panic(expected = "read past the spare room")]
+    fn filling_past_the_buffer_panics_in_every_build() {
+        let mut rx = RxBuffer::new(PREFIX + MAX_FRAME);
+        let room = rx.spare().len();
+        rx.filled(room + 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "sent more than was unsent")]
+    fn consuming_past_the_backlog_panics_in_every_build() {
+        let mut tx = TxBacklog::new(100);
+        assert!(tx.push(&[1; 10]));
+        tx.consumed(PREFIX + 11);
     }
 }

@@ -230,6 +230,7 @@ impl TcpLine {
                     _ => {
                         let found = table.connections.iter().find(|c| c.token == token);
                         if found.is_some_and(|c| c.on_event(&self.epoll, flags)) {
+                            // One per connection opened: a u64 never wraps.
                             self.connects.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -301,6 +302,8 @@ impl TcpLine {
         remote: SocketAddr,
         established: bool,
     ) {
+        // One token per connection ever opened: far below TIMER and
+        // LISTENER (2^64 - 2) within any lifetime.
         let token = table.next_token;
         table.next_token += 1;
         if self
@@ -347,6 +350,7 @@ impl TcpLine {
     fn retry_later(&self, table: &mut Table, timer: &Timer) {
         // Arming a timerfd only fails on bad arguments.
         let _ = timer.arm(table.backoff);
+        // backoff <= BACKOFF_MAX (5 s), so doubling it cannot overflow.
         table.backoff = (table.backoff * 2).min(BACKOFF_MAX);
     }
 
@@ -429,6 +433,9 @@ impl TcpLine {
             )
             .filter(|&(slot, _)| !batch.packet(slot).is_empty());
         let total = on_line.clone().count();
+        // A datagram longer than a frame can announce is dropped (and
+        // counted below) rather than sent behind a truncated prefix.
+        let on_line = on_line.filter(|&(slot, _)| batch.packet(slot).len() <= MAX_FRAME);
         let mut taken = 0;
         for c in &scratch.connections {
             scratch.slots.clear();
@@ -443,6 +450,8 @@ impl TcpLine {
             }
         }
         scratch.connections.clear();
+        // A datagram counter: fetch_add wraps, but at a billion drops a
+        // second a u64 lasts 584 years.
         self.dropped
             .fetch_add(total.saturating_sub(taken) as u64, Ordering::Relaxed);
         Ok(taken)

@@ -192,3 +192,30 @@ fn strangers_make_room_for_them_not_for_an_authenticated_peer() {
         .unwrap();
     assert_eq!(receive(&listening, &connecting, 1)[0].0, datagram(1));
 }
+
+#[test]
+fn a_datagram_longer_than_a_frame_is_dropped_and_the_stream_stays_in_step() {
+    let listening = TcpLine::listen(0, 0).unwrap();
+    let port = listening.local_port().unwrap();
+    let server = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let connecting = TcpLine::connect(server, None, None, 0).unwrap();
+    settle(&listening, &connecting);
+    // 65536 bytes would go out behind a prefix of 0 if the length were
+    // truncated to 16 bits, and the listener would take the stream for
+    // garbage; dropped, the datagrams around it arrive intact.
+    let mut batch = PacketBatch::new(3, MAX_FRAME + 1);
+    for (len, byte) in [(10, 1u8), (MAX_FRAME + 1, 2), (1000, 3)] {
+        batch.push_with(0, server, |slot| {
+            slot[..len].fill(byte);
+            len
+        });
+        let last = batch.len() - 1;
+        batch.set_line(last, 0);
+    }
+    assert_eq!(connecting.send_batch_on_line(&batch, 0).unwrap(), 2);
+    assert_eq!(connecting.dropped(), 1);
+    let got = receive(&listening, &connecting, 2);
+    let got: Vec<Vec<u8>> = got.into_iter().map(|(bytes, _)| bytes).collect();
+    assert_eq!(got, [vec![1; 10], vec![3; 1000]]);
+    assert_eq!(listening.connections(), 1, "the connection is still up");
+}

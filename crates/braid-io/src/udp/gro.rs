@@ -82,12 +82,18 @@ impl Pending {
         let mut i = start;
         while i < cap && !self.is_empty() {
             let m = self.msgs[self.next];
+            // `recv_coalesced` keeps len <= COALESCED_BYTES, so the message
+            // stays inside its own buffer.
             let buf = &self.bufs[self.next * COALESCED_BYTES..][..m.len];
+            // A segment size of 0 would hand out empty slots forever
+            // without moving on: such a message is one datagram.
+            let segment = if m.segment == 0 { m.len } else { m.segment };
             loop {
                 if i == cap {
                     return i;
                 }
-                let len = m.segment.min(m.len - self.offset);
+                // offset < len here (it only grows until it reaches len).
+                let len = segment.min(m.len - self.offset);
                 // A datagram longer than the slot cannot be delivered whole;
                 // like a truncated one it leaves its slot empty.
                 let kept = if m.truncated || len > stride { 0 } else { len };
@@ -279,7 +285,9 @@ impl UdpSocket {
         p.per_message = 1;
         for k in 0..got {
             let h = &s.hdrs[k].msg_hdr;
-            let len = s.hdrs[k].msg_len as usize;
+            // The kernel never reports more than the iovec held; clamped
+            // anyway, since hand_out slices the buffer with it.
+            let len = (s.hdrs[k].msg_len as usize).min(COALESCED_BYTES);
             let truncated = h.msg_flags & libc::MSG_TRUNC != 0;
             let segment = match gro_segment(h) {
                 Some(size) if !truncated => size.min(len),
@@ -425,6 +433,41 @@ mod tests {
         assert_eq!(slots(&b, &times, 1), [(100, 8, 8, 8)]);
         assert!(p.is_empty());
         assert_eq!(p.hand_out(&mut b, 0, None), 0);
+    }
+
+    #[test]
+    fn a_segment_size_of_zero_is_one_datagram_not_a_loop() {
+        // Not what recv_coalesced records, but hand_out must still move
+        // on: one slot for the whole message, then the next message.
+        let mut p = pending(&[(300, 0, 7), (0, 0, 8), (20, 10, 9)]);
+        let mut b = PacketBatch::new(8, 2048);
+        assert_eq!(p.hand_out(&mut b, 0, None), 4);
+        assert!(p.is_empty());
+        let got: Vec<(usize, u16)> = (0..4)
+            .map(|i| (b.packet(i).len(), b.addr(i).port()))
+            .collect();
+        assert_eq!(got, [(300, 7), (0, 8), (10, 9), (10, 9)]);
+    }
+
+    #[test]
+    fn a_segment_size_above_the_message_is_one_datagram() {
+        let mut p = pending(&[(1000, 65535, 7)]);
+        let mut b = PacketBatch::new(4, 2048);
+        assert_eq!(p.hand_out(&mut b, 0, None), 1);
+        assert_eq!(b.packet(0).len(), 1000);
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn a_message_as_long_as_its_buffer_splits_to_the_end() {
+        let mut p = pending(&[(COALESCED_BYTES, 1400, 7)]);
+        let mut b = PacketBatch::new(64, 2048);
+        let n = p.hand_out(&mut b, 0, None);
+        assert_eq!(n, COALESCED_BYTES.div_ceil(1400));
+        assert!(p.is_empty());
+        let total: usize = (0..n).map(|i| b.packet(i).len()).sum();
+        assert_eq!(total, COALESCED_BYTES);
+        assert_eq!(b.packet(n - 1).len(), COALESCED_BYTES % 1400);
     }
 
     #[test]
