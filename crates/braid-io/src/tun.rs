@@ -84,7 +84,9 @@ pub struct OffloadStats {
 }
 
 /// [`OffloadStats`] as it is counted: updated once per super-packet, not
-/// per packet.
+/// per packet. Like `Tun::dropped` these fetch_add, which wraps: counting
+/// packets at a billion a second, a u64 lasts 584 years, so no saturating
+/// compare-and-swap loop on the data path.
 #[derive(Debug, Default)]
 struct Counters {
     super_packets_read: AtomicU64,
@@ -254,6 +256,8 @@ impl Tun {
             return self.read_batch_offload(batch);
         }
         batch.clear();
+        // PacketBatch::new asserts stride > HEADROOM + TAILROOM, so max >= 1
+        // and the byte of tailroom offered below exists.
         let max = batch.stride() - HEADROOM - TAILROOM;
         let mut n = 0;
         let mut emptied = false;

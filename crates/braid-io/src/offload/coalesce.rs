@@ -181,7 +181,12 @@ impl Planner {
 
     /// Groups packets `0..n`, where `packet(i)` is packet `i` (an empty
     /// one is skipped: it is in no group).
+    ///
+    /// Panics if `n` does not fit the `u32` batch indices below `NONE`
+    /// (a batch is at most a few thousand packets).
     pub fn plan<'a>(&mut self, n: usize, packet: impl Fn(usize) -> &'a [u8]) {
+        // Checked once here, so every `i as u32` below is exact.
+        assert!(n < NONE as usize, "batch too large to plan");
         self.groups.clear();
         self.open.clear();
         self.next.clear();
@@ -222,6 +227,7 @@ impl Planner {
                 view: Some(view),
                 gso_size: payload,
                 payload_total: payload,
+                // Sequence numbers are modulo 2^32: wrapping is the intent.
                 next_seq: view.seq(pkt).wrapping_add(payload as u32),
                 psh,
             });
@@ -253,6 +259,8 @@ impl Planner {
         let group = &mut self.groups[g];
         let hv = group.view.unwrap();
         let payload = view.payload_len(pkt);
+        // Every term is bounded by a packet length (payload_total by this
+        // very test before): the sum cannot overflow.
         let fits = group.members < MAX_MEMBERS
             && hv.hdr_len + group.payload_total + payload <= MAX_SUPER_LEN
             && payload <= group.gso_size
@@ -266,6 +274,7 @@ impl Planner {
         group.last = i as u32;
         group.members += 1;
         group.payload_total += payload;
+        // Sequence numbers are modulo 2^32: wrapping is the intent.
         group.next_seq = group.next_seq.wrapping_add(payload as u32);
         group.psh = view.flags(pkt) & TCP_PSH != 0;
         if group.psh || payload < group.gso_size {
@@ -317,6 +326,9 @@ impl Iterator for Members<'_> {
 pub fn write_gso_header(group: &Group, head: &[u8], out: &mut [u8]) -> usize {
     let view = group.view.expect("a coalesced group is TCP");
     let hdr_len = view.hdr_len;
+    // The planner keeps total <= MAX_SUPER_LEN (65535) for a coalesced
+    // group and hdr_len <= 100, so every `as u16` below is exact; IPv6's
+    // total >= 40 + 20.
     let total = hdr_len + group.payload_total;
     let vnet = VnetHdr {
         flags: F_NEEDS_CSUM,

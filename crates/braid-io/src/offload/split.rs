@@ -26,6 +26,9 @@ pub enum SplitError {
     Headers,
     /// `gso_size` is 0.
     SegmentSize,
+    /// A segment would be longer than the 16-bit length field of its IP
+    /// header can say (`gso_size` close to 64 KiB in a packet that long).
+    TooLong,
 }
 
 /// A parsed super-packet: where its headers end and how it segments.
@@ -70,13 +73,27 @@ impl Tso {
         if tcp_len < 20 || pkt.len() < hdr_len {
             return Err(SplitError::Headers);
         }
-        Ok(Tso {
+        // tcp_at <= 65535 (a u16 field) and tcp_len <= 60: no sum above
+        // overflows, and `hdr_len <= pkt.len()` was just checked.
+        let tso = Tso {
             ipv6,
             tcp_at,
             hdr_len,
             gso_size: hdr.gso_size as usize,
             payload_len: pkt.len() - hdr_len,
-        })
+        };
+        // write_segment stores each segment's length in 16 bits: IPv4's
+        // total length counts the whole packet, IPv6's payload length what
+        // follows the 40-byte header.
+        let longest = if ipv6 {
+            40 + u16::MAX as usize
+        } else {
+            u16::MAX as usize
+        };
+        if tso.max_segment_len() > longest {
+            return Err(SplitError::TooLong);
+        }
+        Ok(tso)
     }
 
     /// How many segments the super-packet makes (at least one, even with
@@ -105,17 +122,22 @@ impl Tso {
         seg[..self.hdr_len].copy_from_slice(&pkt[..self.hdr_len]);
         seg[self.hdr_len..].copy_from_slice(payload);
 
+        // `parse` refused segments whose length these fields cannot hold,
+        // and len >= hdr_len >= tcp_at + 20 >= 60 for IPv6.
         let (src, dst) = if self.ipv6 {
             put16(seg, 4, (len - 40) as u16);
             (8..24, 24..40)
         } else {
             put16(seg, 2, len as u16);
+            // The IP ID counts modulo 2^16, as a NIC's TSO increments it:
+            // wrapping (and the truncating cast of `i`) is the intent.
             put16(seg, 4, be16(pkt, 4).wrapping_add(i as u16));
             fix_ipv4_checksum(seg, self.tcp_at);
             (12..16, 16..20)
         };
 
         let tcp = self.tcp_at;
+        // TCP sequence numbers are modulo 2^32: wrapping is the intent.
         put32(seg, tcp + 4, be32(pkt, tcp + 4).wrapping_add(start as u32));
         let mut flags = seg[tcp + 13];
         if !last {

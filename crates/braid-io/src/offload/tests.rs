@@ -233,6 +233,106 @@ fn completes_a_partial_checksum() {
     assert!(!complete_checksum(&mut pkt, 20, 60000));
 }
 
+#[test]
+fn split_refuses_segments_an_ip_length_field_cannot_hold() {
+    for ipv6 in [false, true] {
+        let spec = Spec {
+            ipv6,
+            ..Spec::default()
+        };
+        let hdr_len = if ipv6 { 40 } else { 20 } + 32;
+        let longest = if ipv6 { 40 + 65535 } else { 65535 };
+        // One segment exactly as long as the field can say: it splits.
+        let (hdr, pkt) = super_packet(&spec, &payload(longest - hdr_len), u16::MAX);
+        let segs = split_all(&hdr, &pkt);
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].len(), longest);
+        assert_checksums_valid(&segs[0]);
+        // One byte more would wrap the length field: refused.
+        let (hdr, pkt) = super_packet(&spec, &payload(longest - hdr_len + 1), u16::MAX);
+        assert_eq!(
+            Tso::parse(&pkt, &hdr),
+            Err(SplitError::TooLong),
+            "ipv6 {ipv6}"
+        );
+        // The same packet with a segment size that fits splits.
+        let fits = VnetHdr {
+            gso_size: 1000,
+            ..hdr
+        };
+        for seg in split_all(&fits, &pkt) {
+            assert_checksums_valid(&seg);
+        }
+    }
+}
+
+#[test]
+fn vnet_header_fields_at_the_extremes() {
+    let spec = Spec {
+        // The sequence number wraps within the super-packet.
+        seq: u32::MAX - 1500,
+        ..Spec::default()
+    };
+    let (hdr, pkt) = super_packet(&spec, &payload(5000), 1000);
+    let expected = split_all(&hdr, &pkt);
+    for (i, seg) in expected.iter().enumerate() {
+        assert_checksums_valid(seg);
+        assert_eq!(be32(seg, 24), spec.seq.wrapping_add(i as u32 * 1000));
+    }
+    // hdr_len is not trusted: too short, too long or past the packet, the
+    // segments are the same.
+    for hdr_len in [0, 1, 51, 53, pkt.len() as u16 + 1, u16::MAX] {
+        assert_eq!(split_all(&VnetHdr { hdr_len, ..hdr }, &pkt), expected);
+    }
+    // csum_start (where the TCP header is) at or past the end.
+    for csum_start in [pkt.len() as u16 - 19, pkt.len() as u16, u16::MAX] {
+        let bad = VnetHdr { csum_start, ..hdr };
+        assert_eq!(Tso::parse(&pkt, &bad), Err(SplitError::Headers));
+    }
+    // The smallest and largest segment sizes.
+    let one = VnetHdr { gso_size: 1, ..hdr };
+    let tso = Tso::parse(&pkt, &one).unwrap();
+    assert_eq!(tso.segments(), 5000);
+    let mut out = vec![0u8; tso.max_segment_len()];
+    let n = tso.write_segment(&pkt, 4999, &mut out);
+    assert_eq!(n, 20 + 32 + 1);
+    assert_checksums_valid(&out[..n]);
+    let max = VnetHdr {
+        gso_size: u16::MAX,
+        ..hdr
+    };
+    let whole = split_all(&max, &pkt);
+    assert_eq!(whole.len(), 1);
+    assert_eq!(whole[0].len(), pkt.len());
+    assert_checksums_valid(&whole[0]);
+}
+
+#[test]
+fn completing_a_checksum_at_the_extremes() {
+    let (_, pkt) = super_packet(&Spec::default(), &payload(1001), 1400);
+    let len = pkt.len() as u16;
+    for (start, offset) in [
+        (u16::MAX, u16::MAX),
+        (u16::MAX, 0),
+        (0, u16::MAX),
+        (len - 1, 0),
+        (len, 0),
+        (len + 1, 0),
+        (len - 2, 1),
+    ] {
+        let mut p = pkt.clone();
+        assert!(
+            !complete_checksum(&mut p, start, offset),
+            "{start} + {offset}"
+        );
+        assert_eq!(p, pkt, "left untouched");
+    }
+    // The field in the last two bytes still fits.
+    let mut p = pkt.clone();
+    assert!(complete_checksum(&mut p, len - 2, 0));
+    assert!(!complete_checksum(&mut [], 0, 0));
+}
+
 /// Segments of one flow, as WireGuard would hand them to the TUN.
 fn segments(spec: &Spec, sizes: &[usize]) -> Vec<Vec<u8>> {
     let mut seq = spec.seq;

@@ -89,6 +89,7 @@ impl WriteScratch {
 impl Tun {
     pub(super) fn read_batch_offload(&self, batch: &mut PacketBatch) -> io::Result<TunRead> {
         batch.clear();
+        // PacketBatch::new asserts stride > HEADROOM + TAILROOM.
         let max = batch.stride() - HEADROOM - TAILROOM;
         let capacity = batch.capacity();
         let mut rx = self.rx.lock().unwrap();
@@ -101,6 +102,8 @@ impl Tun {
                 rx.pending = Some(p);
             }
         }
+        // The counters below (`dropped`, `stats`) are u64s that fetch_add
+        // one per packet: at a billion a second they last 584 years.
         while rx.pending.is_none() && n < capacity && (n == 0 || capacity - n >= rx.reserve) {
             // The packet goes straight into the slot; only what does not
             // fit there (a super-packet) spills into the scratch buffer.
@@ -111,6 +114,8 @@ impl Tun {
                 iovec_mut(slot),
                 iovec_mut(&mut rx.buf[spill..]),
             ];
+            // The kernel returns at most the iovecs' total, so `len` is at
+            // most max + (MAX_READ - spill): what the checks below rely on.
             let len = match self.readv(&iovs) {
                 Ok(Step::Done(len)) if len >= VNET_HDR_LEN => len - VNET_HDR_LEN,
                 Ok(Step::Done(_)) | Ok(Step::Skip) => {
@@ -193,6 +198,7 @@ impl Tun {
     ) {
         if p.tso.max_segment_len() > max {
             // Only if the caller shrank the stride since the last call.
+            // p.next <= segments(): it only counts segments written.
             let left = p.tso.segments() - p.next;
             self.dropped.fetch_add(left as u64, Ordering::Relaxed);
             p.next = p.tso.segments();

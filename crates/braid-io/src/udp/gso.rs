@@ -34,6 +34,10 @@ pub(super) const MAX_SEGMENTS: usize = 64;
 /// carry, with room to spare for IPv6 extension headers.
 pub(super) const MAX_MESSAGE_BYTES: usize = 65_000;
 
+// A message of two or more datagrams has segment + another <= max_bytes,
+// so its segment size fits the u16 of UDP_SEGMENT (see build_messages).
+const _: () = assert!(MAX_MESSAGE_BYTES <= u16::MAX as usize);
+
 /// One datagram to send: the batch slot holding its bytes, where it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Datagram {
@@ -107,6 +111,7 @@ pub(super) fn plan_groups(
     let mut current: Option<(Group, usize, SocketAddr, bool)> = None;
     for (i, d) in datagrams.iter().enumerate().skip(from) {
         if let Some((g, bytes, addr, closed)) = &mut current {
+            // bytes <= max_bytes, d.len <= a slot: the sum cannot overflow.
             let fits = !*closed
                 && *addr == d.addr
                 && d.len <= g.segment
@@ -200,7 +205,8 @@ impl TxScratch {
             h.msg_hdr.msg_control = std::ptr::null_mut();
             h.msg_hdr.msg_controllen = 0;
             if g.count > 1 {
-                // The planner keeps a multi-datagram segment within u16.
+                // Exact: with two or more datagrams the segment is below
+                // MAX_MESSAGE_BYTES, itself asserted to fit a u16.
                 set_segment(&mut h.msg_hdr, &mut self.cmsgs[k], g.segment as u16);
             }
         }
@@ -247,6 +253,8 @@ impl UdpSocket {
                 )
             };
             match crate::cvt(r) {
+                // n <= count - pos: sendmmsg never reports more messages
+                // than it was given.
                 Ok(n) => {
                     sent += s.datagrams_in(pos, pos + n as usize);
                     pos += n as usize;

@@ -198,6 +198,8 @@ impl UdpSocket {
     }
 
     fn count_dropped(&self, n: usize) {
+        // fetch_add wraps, but one per datagram at a billion a second a
+        // u64 lasts 584 years: no saturating CAS loop on the send path.
         if n > 0 {
             self.dropped.fetch_add(n as u64, Ordering::Relaxed);
         }
