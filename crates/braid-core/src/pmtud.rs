@@ -116,7 +116,9 @@ pub struct Pmtud {
     /// The largest size this path's line could carry (from its local MTU).
     max: usize,
     /// Largest size known to fit, and smallest known not to (`max + 1`
-    /// when nothing above `low` failed).
+    /// when nothing above `low` failed). Every size here lies within
+    /// `MIN_PLPMTU..=MAX_PLPMTU + 1` (`max` is clamped), so sums of them
+    /// cannot overflow.
     low: usize,
     high: usize,
     outstanding: Option<Outstanding>,
@@ -223,11 +225,14 @@ impl Pmtud {
     /// Expires a late probe and returns the next one to send, if one is due.
     /// `path_up`: small probes get through (while they do not, losses say
     /// nothing about size and are not counted). `timeout`: how long this
-    /// probe may take (see [`probe_timeout`]).
+    /// probe may take (see [`probe_timeout`]; never more than
+    /// `PROBE_TIMEOUT_MAX`).
     pub fn poll(&mut self, now: Instant, path_up: bool, timeout: Duration) -> Option<ProbeRequest> {
         if self.state == PmtuState::Disabled {
             return None;
         }
+        // Bounded, so `now + timeout` cannot overflow whatever is passed.
+        let timeout = timeout.min(PROBE_TIMEOUT_MAX);
         if !path_up {
             self.outstanding = None;
             self.lost_in_row = 0;
@@ -235,12 +240,13 @@ impl Pmtud {
         }
         if let Some(mut o) = self.outstanding {
             if o.sent < o.burst {
+                // Sequence numbers wrap (acks are matched modulo 2^32).
                 let seq = o.first_seq.wrapping_add(u32::from(o.sent));
-                o.sent += 1;
+                o.sent += 1; // < burst <= MAX_PROBES
                 o.deadline = now + timeout;
                 self.outstanding = Some(o);
                 self.next_seq = seq.wrapping_add(1);
-                self.counters.probes_sent += 1;
+                self.counters.probes_sent = self.counters.probes_sent.saturating_add(1);
                 return Some(ProbeRequest { seq, size: o.size });
             }
             if now < o.deadline {
@@ -267,7 +273,9 @@ impl Pmtud {
         let burst = if self.state == PmtuState::SearchComplete {
             1
         } else {
-            MAX_PROBES - self.lost_in_row
+            // lost_in_row < MAX_PROBES (on_lost resets it on reaching it);
+            // saturating so a broken invariant sends one probe, not 255.
+            MAX_PROBES.saturating_sub(self.lost_in_row).max(1)
         };
         self.outstanding = Some(Outstanding {
             first_seq: seq,
@@ -276,20 +284,23 @@ impl Pmtud {
             burst,
             deadline: now + timeout,
         });
-        self.counters.probes_sent += 1;
+        self.counters.probes_sent = self.counters.probes_sent.saturating_add(1);
         Some(ProbeRequest { seq, size })
     }
 
     /// The peer acknowledged probe `seq` of `size` bytes.
     pub fn on_ack(&mut self, now: Instant, seq: u32, size: usize) {
         let Some(o) = self.outstanding else { return };
+        // Modulo 2^32: the burst may straddle the wrap of the sequence; any
+        // other seq (a late answer, or whatever a peer makes up) is no
+        // answer to what is out.
         if seq.wrapping_sub(o.first_seq) >= u32::from(o.sent) || o.size != size {
             return; // a late answer to a probe already counted as lost
         }
         self.outstanding = None;
         self.lost_in_row = 0;
         self.recheck_high = false;
-        self.counters.probes_acked += 1;
+        self.counters.probes_acked = self.counters.probes_acked.saturating_add(1);
         self.next_probe_at = Some(now);
         match self.state {
             PmtuState::Disabled => {}
@@ -300,7 +311,7 @@ impl Pmtud {
                 }
                 self.plpmtu = self.low;
                 self.state = PmtuState::Search;
-                if self.high - self.low <= 1 {
+                if self.high <= self.low + 1 {
                     self.complete(now);
                 }
             }
@@ -311,7 +322,7 @@ impl Pmtud {
     }
 
     fn on_lost(&mut self, now: Instant, size: usize, probes: u8) {
-        self.counters.probes_lost += u64::from(probes);
+        self.counters.probes_lost = self.counters.probes_lost.saturating_add(u64::from(probes));
         self.lost_in_row = self.lost_in_row.saturating_add(probes);
         self.next_probe_at = Some(now);
         if self.lost_in_row < MAX_PROBES {
@@ -328,7 +339,7 @@ impl Pmtud {
                 self.low = MIN_PLPMTU;
                 self.high = size;
                 self.plpmtu = MIN_PLPMTU;
-                if self.high - self.low <= 1 {
+                if self.high <= self.low + 1 {
                     self.complete(now);
                 }
             }
@@ -337,12 +348,12 @@ impl Pmtud {
                 if size <= self.low {
                     // What was confirmed fails now: start over below it.
                     self.black_hole(size);
-                } else if self.high - self.low <= 1 {
+                } else if self.high <= self.low + 1 {
                     self.complete(now);
                 }
             }
             PmtuState::SearchComplete => {
-                self.counters.black_holes += 1;
+                self.counters.black_holes = self.counters.black_holes.saturating_add(1);
                 self.black_hole(size);
             }
         }
@@ -386,7 +397,9 @@ impl Pmtud {
             // Nothing above `low` failed yet: try the ceiling first (a
             // clean line is done in one round trip), then halve the gap.
             _ if self.high > self.max => self.max,
-            _ => self.low + (self.high - self.low) / 2,
+            // high > low here (a search stops when they meet); saturating
+            // so a broken invariant probes `low` rather than wrapping.
+            _ => self.low + self.high.saturating_sub(self.low) / 2,
         }
     }
 }
@@ -406,7 +419,11 @@ pub fn max_for_link(link_mtu: usize, ipv6_outer: bool) -> usize {
 /// smoothed RTT and deviation.
 pub fn probe_timeout(srtt: Option<Duration>, rttvar: Duration) -> Duration {
     match srtt {
-        Some(s) => (s * 2 + rttvar * 4).clamp(PROBE_TIMEOUT_MIN, PROBE_TIMEOUT_MAX),
+        // Saturating: both follow timestamps a peer echoes.
+        Some(s) => s
+            .saturating_mul(2)
+            .saturating_add(rttvar.saturating_mul(4))
+            .clamp(PROBE_TIMEOUT_MIN, PROBE_TIMEOUT_MAX),
         None => PROBE_TIMEOUT_MAX,
     }
 }

@@ -49,7 +49,7 @@ impl Device {
     }
 
     fn mono_us(&self, now: Instant) -> u64 {
-        now.saturating_duration_since(self.mono_base).as_micros() as u64
+        mono_us(self.mono_base, now)
     }
 
     /// A new session exists with `pid`: say hello (again) and probe.
@@ -131,10 +131,12 @@ impl Device {
                 let path = &mut p.paths[i];
                 let seq = path.take_probe_seq();
                 let body = ProbeBody {
-                    path: i as u8,
+                    path: i as u8, // i < MAX_PATHS
                     seq,
                     sent_us: 0,
-                    rx_probes: path.probes_received,
+                    // The wire carries the count modulo 2^32 (the peer
+                    // compares it so).
+                    rx_probes: path.probes_received as u32,
                 };
                 let body = ProbeBody {
                     sent_us: self.mono_us(now),
@@ -169,12 +171,12 @@ impl Device {
     ) {
         if !self.extensions {
             // What stock WireGuard does with a message type it doesn't know.
-            self.counters.invalid_datagrams += 1;
+            self.counters.invalid_datagrams = self.counters.invalid_datagrams.saturating_add(1);
             return;
         }
         let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
         let Some(&IndexEntry::Session(pid)) = self.indices.get(&receiver) else {
-            self.counters.unknown_index += 1;
+            self.counters.unknown_index = self.counters.unknown_index.saturating_add(1);
             return;
         };
         let Some(p) = self.peers[pid].as_mut() else {
@@ -187,11 +189,11 @@ impl Device {
             return;
         }
         let Ok(n) = kp.open_ext(datagram) else {
-            p.counters.ext_rejected += 1;
+            p.counters.ext_rejected = p.counters.ext_rejected.saturating_add(1);
             return;
         };
         let Some(msg) = ExtMessage::decode(&datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + n]) else {
-            self.counters.invalid_datagrams += 1;
+            self.counters.invalid_datagrams = self.counters.invalid_datagrams.saturating_add(1);
             return;
         };
         if let ExtMessage::Hello { flags, .. } = msg {
@@ -221,7 +223,10 @@ impl Device {
                 self.queue_ext(now, pid, line, src, ExtMessage::Echo(echo));
             }
             ExtMessage::Echo(b) => {
-                let sent = self.mono_base + Duration::from_micros(b.sent_us);
+                // Echoed by the peer: any value may come back.
+                let Some(sent) = echo_sent(self.mono_base, b.sent_us) else {
+                    return;
+                };
                 let p = self.peers[pid].as_mut().expect("checked above");
                 if let Some(path) = p.paths.get_mut(b.path as usize) {
                     path.on_echo(now, b.seq, sent, b.rx_probes);
@@ -234,6 +239,62 @@ impl Device {
         let p = self.peers[pid].as_mut().expect("checked above");
         if !p.timers.is_set(Timer::Probe) {
             p.timers.set(Timer::Probe, now);
+        }
+    }
+}
+
+/// A probe's timestamp: microseconds since the device's `base` (a clock
+/// half a million years old saturates instead of wrapping).
+fn mono_us(base: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(base).as_micros()).unwrap_or(u64::MAX)
+}
+
+/// When an echoed probe left, from the timestamp the peer sent back; `None`
+/// when no instant is that far from `base` (so none of our probes carried
+/// it).
+fn echo_sent(base: Instant, sent_us: u64) -> Option<Instant> {
+    base.checked_add(Duration::from_micros(sent_us))
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
+mod tests {
+    use super::*;
+
+    /// The latest instant `checked_add` reaches from `t`.
+    fn end_of_time(t: Instant) -> Instant {
+        let (mut lo, mut hi) = (0u64, u64::MAX);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if t.checked_add(Duration::from_secs(mid)).is_some() {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        t + Duration::from_secs(lo)
+    }
+
+    #[test]
+    fn probe_timestamps_round_trip_and_absurd_echoes_are_refused() {
+        let base = Instant::now();
+        let now = base + Duration::from_micros(1_234_567);
+        let us = mono_us(base, now);
+        assert_eq!(us, 1_234_567);
+        assert_eq!(echo_sent(base, us), Some(now));
+        // Earlier than the base (a clock going backwards): zero, not a wrap.
+        assert_eq!(mono_us(now, base), 0);
+        // A peer echoing any u64 gets an instant or a refusal, never a panic.
+        for sent_us in [0, 1 << 40, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+            if let Some(t) = echo_sent(base, sent_us) {
+                assert_eq!(mono_us(base, t), sent_us);
+            }
+        }
+        let far = end_of_time(base);
+        assert_eq!(echo_sent(far, 1_000_000), None);
+        // A clock so far from its base that the microseconds overflow u64.
+        if far.saturating_duration_since(base).as_micros() > u128::from(u64::MAX) {
+            assert_eq!(mono_us(base, far), u64::MAX);
         }
     }
 }

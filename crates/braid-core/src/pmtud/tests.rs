@@ -264,3 +264,148 @@ fn a_limit_still_there_costs_one_burst_per_raise() {
     assert_eq!(p.counters.probes_lost - lost, MAX_PROBES as u64);
     assert_eq!(p.bounds(), (1340, Some(1341)));
 }
+
+#[test]
+fn probe_timeout_saturates_on_absurd_rtts() {
+    // (case, srtt, rttvar): RTTs from echoed timestamps may be anything.
+    let cases = [
+        (1, Duration::MAX, Duration::MAX),
+        (2, Duration::MAX, Duration::ZERO),
+        (3, Duration::ZERO, Duration::MAX),
+        (4, Duration::MAX / 2, Duration::MAX / 4),
+    ];
+    for (case, srtt, rttvar) in cases {
+        assert_eq!(
+            probe_timeout(Some(srtt), rttvar),
+            PROBE_TIMEOUT_MAX,
+            "case {case}"
+        );
+    }
+}
+
+#[test]
+fn any_timeout_passed_to_poll_is_bounded() {
+    let (mut p, now) = started(1440);
+    let probe = p.poll(now, true, Duration::MAX).expect("base probe");
+    assert_eq!(probe.size, BASE_PLPMTU);
+    // The rest of the burst, then the wait: never longer than the maximum.
+    while p.poll(now, true, Duration::MAX).is_some() {}
+    assert_eq!(p.poll_timeout(), Some(now + PROBE_TIMEOUT_MAX));
+    // Then the base counts as lost and the search goes below it.
+    let next = p
+        .poll(now + PROBE_TIMEOUT_MAX, true, Duration::MAX)
+        .expect("next size");
+    assert_eq!(next.seq, probe.seq.wrapping_add(u32::from(MAX_PROBES)));
+    assert!(next.size < BASE_PLPMTU);
+    assert_eq!(p.counters.probes_lost, u64::from(MAX_PROBES));
+    assert_eq!(p.state(), PmtuState::Error);
+}
+
+#[test]
+fn sequence_numbers_wrap_within_a_burst() {
+    // The sequence passes u32::MAX → 0 during the search.
+    for start in [u32::MAX - 2, u32::MAX - 1, u32::MAX] {
+        let now = started(1440).1;
+        let mut p = Pmtud::new(1440);
+        p.next_seq = start;
+        p.start(now);
+        let mut now = now;
+        // A clean line answering at once.
+        let mut seen = Vec::new();
+        for _ in 0..2000 {
+            now += STEP;
+            if let Some(req) = p.poll(now, true, TIMEOUT) {
+                seen.push(req.seq);
+                p.on_ack(now, req.seq, req.size);
+            }
+            if p.state() == PmtuState::SearchComplete {
+                break;
+            }
+        }
+        assert_eq!(p.plpmtu(), 1440, "start {start}");
+        assert_eq!(seen[0], start);
+        assert_eq!(seen[1], start.wrapping_add(1), "{seen:?}");
+        assert_eq!(p.counters.probes_lost, 0);
+    }
+}
+
+#[test]
+fn acks_with_wild_sequence_numbers_or_sizes_change_nothing() {
+    let (mut p, now) = started(1440);
+    p.next_seq = u32::MAX - 1;
+    let probe = p.poll(now, true, TIMEOUT).expect("base probe");
+    assert_eq!(probe.seq, u32::MAX - 1);
+    // (case, seq, size): none of them is the probe that is out.
+    let forged = [
+        (1, probe.seq.wrapping_add(1), probe.size), // not sent yet
+        (2, probe.seq.wrapping_sub(1), probe.size),
+        (3, 0, probe.size),
+        (4, u32::MAX / 2, probe.size),
+        (5, probe.seq, 0),
+        (6, probe.seq, usize::MAX),
+        (7, probe.seq, usize::from(u16::MAX)),
+    ];
+    for (case, seq, size) in forged {
+        p.on_ack(now, seq, size);
+        assert_eq!(p.state(), PmtuState::Base, "case {case}");
+        assert_eq!(p.counters.probes_acked, 0, "case {case}");
+    }
+    p.on_ack(now, probe.seq, probe.size);
+    assert_eq!(p.state(), PmtuState::Search);
+}
+
+#[test]
+fn absurd_ceilings_are_clamped() {
+    // (case, link MTU or inner size, ceiling used)
+    for (case, max, want) in [
+        (1, 0, MIN_PLPMTU),
+        (2, 1, MIN_PLPMTU),
+        (3, usize::MAX, MAX_PLPMTU),
+    ] {
+        let (mut p, mut now) = started(max);
+        assert_eq!(p.max(), want, "case {case}");
+        Line::new(usize::MAX).until_complete(&mut p, &mut now);
+        assert_eq!(p.plpmtu(), want, "case {case}");
+        p.set_max(now, usize::MAX - 1);
+        assert_eq!(p.max(), MAX_PLPMTU, "case {case}");
+        p.set_max(now, 0);
+        assert_eq!(
+            (p.max(), p.plpmtu()),
+            (MIN_PLPMTU, MIN_PLPMTU),
+            "case {case}"
+        );
+    }
+    assert_eq!(max_for_link(0, true), 0);
+    assert_eq!(max_for_link(usize::MAX, false), usize::MAX - 60);
+}
+
+#[test]
+fn a_line_that_carries_nothing_settles_at_the_minimum() {
+    let (mut p, mut now) = started(MAX_PLPMTU);
+    Line::new(0).until_complete(&mut p, &mut now);
+    assert_eq!(p.plpmtu(), MIN_PLPMTU);
+    assert_eq!(p.bounds(), (MIN_PLPMTU, Some(MIN_PLPMTU + 1)));
+}
+
+#[test]
+fn counters_saturate() {
+    let (mut p, mut now) = started(1440);
+    p.counters = PmtuCounters {
+        probes_sent: u64::MAX,
+        probes_acked: u64::MAX,
+        probes_lost: u64::MAX - 1,
+        black_holes: u64::MAX,
+    };
+    let mut line = Line::new(usize::MAX);
+    line.until_complete(&mut p, &mut now);
+    line.run(&mut p, &mut now, Duration::from_secs(2));
+    line.limit = 1340;
+    line.until_complete(&mut p, &mut now);
+    line.run(&mut p, &mut now, Duration::from_secs(5));
+    assert_eq!(p.plpmtu(), 1340);
+    let c = p.counters;
+    assert_eq!(
+        [c.probes_sent, c.probes_acked, c.probes_lost, c.black_holes],
+        [u64::MAX; 4]
+    );
+}
