@@ -65,7 +65,12 @@ impl TokenBucket {
             Some(t) if t > now => t,
             _ => now,
         };
-        let after = start + Duration::from_nanos(cost_ns(self.rate_bits, bytes as u64));
+        // A cost may be centuries (a huge packet at 1 bit/s); one that no
+        // instant can hold is over any depth there is.
+        let cost = Duration::from_nanos(cost_ns(self.rate_bits, bytes as u64));
+        let Some(after) = start.checked_add(cost) else {
+            return false;
+        };
         if after.saturating_duration_since(now) > Duration::from_nanos(self.depth_ns) {
             return false;
         }
@@ -79,8 +84,13 @@ impl TokenBucket {
         let full_at = self.full_at?;
         let cost = Duration::from_nanos(cost_ns(self.rate_bits, bytes as u64));
         let depth = Duration::from_nanos(self.depth_ns);
-        // admit() passes once full_at + cost - now <= depth.
-        Some((full_at + cost).checked_sub(depth).unwrap_or(full_at))
+        // admit() passes once full_at + cost - now <= depth. Written so no
+        // intermediate can overflow: cost and depth may each be centuries.
+        Some(match depth.checked_sub(cost) {
+            Some(slack) => full_at.checked_sub(slack).unwrap_or(full_at),
+            // Never (see `fits`); the instant admit would still refuse.
+            None => full_at.checked_add(cost - depth).unwrap_or(full_at),
+        })
     }
 
     /// Whether a packet of `bytes` can ever pass (it fits in the bucket).
@@ -92,6 +102,7 @@ impl TokenBucket {
 /// Nanoseconds that `bytes` take at `rate_bits` per second (rounded up, so
 /// many small packets cannot sneak past the rate through rounding).
 fn cost_ns(rate_bits: u64, bytes: u64) -> u64 {
+    // In u128: at most 2^64 * 2^33; rate_bits >= 1 (see `TokenBucket::new`).
     let ns = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(rate_bits));
     u64::try_from(ns).unwrap_or(u64::MAX)
 }
@@ -159,7 +170,8 @@ impl Shaper {
         }
         // A queued packet always has a release time: its admit failed on a
         // bucket that had been used, unless it can never fit at all.
-        if !self.bucket.fits(packet.len()) || self.queued_bytes + packet.len() > self.limit_bytes {
+        let queued = self.queued_bytes.checked_add(packet.len());
+        if !self.bucket.fits(packet.len()) || queued.is_none_or(|q| q > self.limit_bytes) {
             return Verdict::Dropped;
         }
         let mut buf = self.spare.pop().unwrap_or_default();
@@ -193,6 +205,7 @@ impl Shaper {
             return None;
         }
         let buf = self.queue.pop_front()?;
+        // The sum of what is queued includes this packet.
         self.queued_bytes -= buf.len();
         Some(buf)
     }
@@ -560,5 +573,98 @@ mod tests {
             assert_eq!(format_rate(bits), s);
             assert_eq!(parse_rate(s), Ok(bits));
         }
+    }
+
+    /// The latest instant `checked_add` reaches from `t`.
+    fn end_of_time(t: Instant) -> Instant {
+        let latest = |step: fn(u64) -> Duration, from: Instant, max: u64| {
+            let (mut lo, mut hi) = (0u64, max);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if from.checked_add(step(mid)).is_some() {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            from + step(lo)
+        };
+        let secs = latest(Duration::from_secs, t, u64::MAX);
+        latest(Duration::from_nanos, secs, 999_999_999)
+    }
+
+    #[test]
+    fn rate_zero_is_one_bit_per_second_and_rate_max_is_unlimited() {
+        let now = origin();
+        let mut zero = TokenBucket::new(0, 1);
+        assert_eq!(zero.rate_bits(), 1);
+        assert!(zero.admit(now, 1));
+        assert!(!zero.admit(now + Duration::from_secs(7), 1));
+        assert!(zero.admit(now + Duration::from_secs(8), 1));
+        let mut max = TokenBucket::with_default_burst(u64::MAX);
+        for _ in 0..10_000 {
+            assert!(max.admit(now, 65_535));
+        }
+        // Rate 0 is 1 bit/s with the minimum burst: 64 KiB at once (1500
+        // bytes cost 12 000 s each), then the queue, which releases the
+        // 44th packet once 44 × 12 000 s less the depth have passed.
+        let mut s = Shaper::new(0);
+        let mut passed = 0;
+        while s.offer(now, &[0; 1500]) == Verdict::Pass {
+            passed += 1;
+        }
+        assert_eq!(passed, MIN_BURST_BYTES / 1500);
+        let depth_s = MIN_BURST_BYTES * 8;
+        assert_eq!(
+            s.next_release(),
+            Some(now + Duration::from_secs((passed + 1) * 12_000 - depth_s))
+        );
+        let mut s = Shaper::new(u64::MAX);
+        for _ in 0..10_000 {
+            assert_eq!(s.offer(now, &[0; 9000]), Verdict::Pass);
+        }
+    }
+
+    #[test]
+    fn costs_of_centuries_and_the_end_of_time_refuse_instead_of_panicking() {
+        let t0 = origin();
+        let far = end_of_time(t0);
+        // 1 bit/s, a bucket of u64::MAX bytes: any packet costs up to 584
+        // years, which no instant near the end of time can add.
+        let mut b = TokenBucket::new(1, u64::MAX);
+        assert!(b.fits(usize::MAX));
+        assert!(!b.admit(far, usize::MAX));
+        assert!(!b.admit(far, 1));
+        assert_eq!(b.ready_at(usize::MAX), None, "nothing was admitted");
+        // Admitted at the origin, the bucket is full centuries later.
+        assert!(b.admit(t0, usize::MAX));
+        let ready = b.ready_at(usize::MAX).expect("used");
+        assert!(ready <= t0 + Duration::from_nanos(u64::MAX));
+        assert!(!b.admit(t0, 1));
+        // A normal bucket at the end of time: refused, and ready_at of a
+        // packet too big to ever fit does not overflow either.
+        let mut b = TokenBucket::new(8 * MBIT, 1000);
+        assert!(!b.admit(far, 100));
+        assert!(b.admit(far - Duration::from_micros(100), 100));
+        assert!(b.ready_at(usize::MAX).is_some());
+        assert!(!b.fits(usize::MAX));
+    }
+
+    #[test]
+    fn a_queue_limit_near_usize_max_does_not_wrap() {
+        let now = origin();
+        let mut s = Shaper::new(8 * MBIT);
+        while s.offer(now, &[0; 1000]) == Verdict::Pass {}
+        // As if the queue already held almost everything addressable.
+        s.limit_bytes = usize::MAX;
+        s.queued_bytes = usize::MAX - 10;
+        assert_eq!(s.offer(now, &[0; 100]), Verdict::Dropped);
+        s.queued_bytes = usize::MAX - 100;
+        assert_eq!(s.offer(now, &[0; 100]), Verdict::Queued);
+        assert_eq!(s.queued_bytes, usize::MAX);
+        assert_eq!(
+            default_queue_bytes(u64::MAX),
+            usize::try_from(u128::from(u64::MAX) / 800).unwrap_or(usize::MAX)
+        );
     }
 }

@@ -263,16 +263,20 @@ mod tests {
 
     /// The latest instant `checked_add` reaches from `t`.
     fn end_of_time(t: Instant) -> Instant {
-        let (mut lo, mut hi) = (0u64, u64::MAX);
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if t.checked_add(Duration::from_secs(mid)).is_some() {
-                lo = mid;
-            } else {
-                hi = mid - 1;
+        let latest = |step: fn(u64) -> Duration, from: Instant, max: u64| {
+            let (mut lo, mut hi) = (0u64, max);
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if from.checked_add(step(mid)).is_some() {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
             }
-        }
-        t + Duration::from_secs(lo)
+            from + step(lo)
+        };
+        let secs = latest(Duration::from_secs, t, u64::MAX);
+        latest(Duration::from_nanos, secs, 999_999_999)
     }
 
     #[test]
