@@ -150,6 +150,11 @@ pub enum DropCause {
     Mtu,
     Cut,
     Loss,
+    /// The rate queue was full. Also what happens where time runs out: a
+    /// rate of 0, a datagram whose serialisation takes longer than a
+    /// `Duration` holds, or a copy that would arrive after the last instant
+    /// there is (only parameters `validate` refuses, or a queue limit that
+    /// lets the backlog grow for centuries, get there).
     Queue,
 }
 
@@ -262,11 +267,15 @@ impl LinkModel {
         match self.params.loss_burst {
             None => self.chance(p),
             Some(_) if p == 0.0 => false,
+            // Unvalidated: 1 / (1 - p) below would be infinite.
+            Some(_) if p >= 1.0 => true,
             Some(burst) => {
                 // Two states; losses only in the bad one. Leaving a burst has
                 // probability 1/burst, so bursts average `burst` packets;
                 // entering one is set so the long-run loss rate is `p`.
-                let leave = 1.0 / burst;
+                // (`max` also turns an unvalidated NaN or zero into bursts
+                // of one, where 1 / burst would be NaN or infinite.)
+                let leave = 1.0 / burst.max(1.0);
                 let enter = p * leave / (1.0 - p);
                 self.in_burst = if self.in_burst {
                     !self.chance(leave)
@@ -293,7 +302,9 @@ impl LinkModel {
                 (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos() * j
             }
         };
-        Duration::from_secs_f64((base + offset).max(0.0))
+        // Finite and not negative; beyond Duration only with a delay that
+        // `validate` refuses, and then it arrives never (see `schedule`).
+        Duration::try_from_secs_f64((base + offset).max(0.0)).unwrap_or(Duration::MAX)
     }
 
     /// One copy through the rate queue, corruption and delay.
@@ -303,50 +314,65 @@ impl LinkModel {
             let wait = self.queue_delay(now);
             let full = match self.params.queue {
                 QueueLimit::Time(limit) => wait > limit,
-                QueueLimit::Bytes(limit) => bytes_in(wait, rate) + len as u64 > limit,
+                // Checked: with a limit near u64::MAX a wrapped sum would
+                // pass as room.
+                QueueLimit::Bytes(limit) => bytes_in(wait, rate)
+                    .checked_add(len as u64)
+                    .is_none_or(|q| q > limit),
             };
-            if full {
-                self.counters.dropped_queue += 1;
+            let leaves = serialization(len, rate)
+                .and_then(|s| now.checked_add(wait)?.checked_add(s))
+                .filter(|_| !full);
+            let Some(leaves) = leaves else {
+                self.counters.dropped_queue = self.counters.dropped_queue.saturating_add(1);
                 return None;
-            }
-            let serialize = Duration::from_secs_f64(len as f64 * 8.0 / rate as f64);
-            departs = now + wait + serialize;
+            };
+            departs = leaves;
             self.busy_until = Some(departs);
         }
         let corrupt_bit = if len > 0 && self.chance(self.params.corrupt) {
-            self.counters.corrupted += 1;
-            Some((self.rng.next_u64() % (len as u64 * 8)) as usize)
+            // Saturating: only a length beyond 2^61 bytes would wrap, and
+            // the bit then still falls inside the datagram.
+            let bits = (len as u64).saturating_mul(8);
+            Some((self.rng.next_u64() % bits) as usize)
         } else {
             None
         };
-        let mut at = departs + self.jittered_delay();
+        let Some(mut at) = departs.checked_add(self.jittered_delay()) else {
+            self.counters.dropped_queue = self.counters.dropped_queue.saturating_add(1);
+            return None;
+        };
+        if corrupt_bit.is_some() {
+            self.counters.corrupted = self.counters.corrupted.saturating_add(1);
+        }
         match self.latest_arrival {
             Some(latest) if at < latest => {
                 if self.params.reorder {
-                    self.counters.reordered += 1;
+                    self.counters.reordered = self.counters.reordered.saturating_add(1);
                 } else {
                     at = latest;
                 }
             }
             _ => self.latest_arrival = Some(at),
         }
-        self.counters.delivered += 1;
+        self.counters.delivered = self.counters.delivered.saturating_add(1);
         Some(Delivery { at, corrupt_bit })
     }
 
     /// Decides what happens to a datagram of `len` bytes offered at `now`.
     pub fn offer(&mut self, now: Instant, len: usize) -> Fate {
-        self.counters.offered += 1;
+        let c = &mut self.counters;
+        c.offered = c.offered.saturating_add(1);
         if self.params.mtu.is_some_and(|m| len > m) {
-            self.counters.dropped_mtu += 1;
+            c.dropped_mtu = c.dropped_mtu.saturating_add(1);
             return Fate::Dropped(DropCause::Mtu);
         }
         if self.cut {
-            self.counters.dropped_cut += 1;
+            c.dropped_cut = c.dropped_cut.saturating_add(1);
             return Fate::Dropped(DropCause::Cut);
         }
         if self.lost() {
-            self.counters.dropped_loss += 1;
+            self.counters.dropped_loss = self.counters.dropped_loss.saturating_add(1);
             return Fate::Dropped(DropCause::Loss);
         }
         let duplicate = self.chance(self.params.duplicate);
@@ -354,7 +380,7 @@ impl LinkModel {
             return Fate::Dropped(DropCause::Queue);
         };
         let duplicate = if duplicate {
-            self.counters.duplicated += 1;
+            self.counters.duplicated = self.counters.duplicated.saturating_add(1);
             self.schedule(now, len)
         } else {
             None
@@ -363,8 +389,19 @@ impl LinkModel {
     }
 }
 
+/// Bytes sent at `rate_bps` in `d` (the float → int cast saturates).
 fn bytes_in(d: Duration, rate_bps: u64) -> u64 {
     (d.as_secs_f64() * rate_bps as f64 / 8.0) as u64
+}
+
+/// How long `len` bytes take at `rate_bps`; `None` at rate 0 (nothing
+/// passes: `validate` refuses it, and the division would be infinite or
+/// NaN) or when it is longer than a `Duration` holds.
+fn serialization(len: usize, rate_bps: u64) -> Option<Duration> {
+    if rate_bps == 0 {
+        return None;
+    }
+    Duration::try_from_secs_f64(len as f64 * 8.0 / rate_bps as f64).ok()
 }
 
 #[cfg(test)]
@@ -1306,5 +1343,169 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_ne!(lost(&a), lost(&c));
+    }
+
+    #[test]
+    fn extreme_rates_and_byte_queues_neither_panic_nor_wrap() {
+        let t0 = origin();
+        // (case, rate, queue, length, fate of the first and of a second
+        // datagram offered at the same instant)
+        let huge = usize::MAX;
+        let cases = [
+            // Unvalidated rate 0: nothing passes (no NaN, no panic).
+            (1, 0, QueueLimit::Bytes(u64::MAX), 1, false, false),
+            (2, 0, DEFAULT_QUEUE, 0, false, false),
+            // 1 bit/s: 2^67 bits take longer than a Duration holds.
+            (3, 1, QueueLimit::Bytes(u64::MAX), huge, false, false),
+            (4, 1, QueueLimit::Time(Duration::MAX), 1, true, true),
+            // u64::MAX bit/s sends u64::MAX bytes in 8 s; then the queue
+            // holds 8 s of it, more bytes than u64 counts: full, not a wrap.
+            (5, u64::MAX, QueueLimit::Bytes(u64::MAX), huge, true, false),
+            (6, u64::MAX, DEFAULT_QUEUE, 1500, true, true),
+        ];
+        for (case, rate, queue, len, first, second) in cases {
+            let mut link = LinkModel::new(
+                LinkParams {
+                    rate_bps: Some(rate),
+                    queue,
+                    ..LinkParams::default()
+                },
+                20 + case,
+            );
+            for (i, want) in [first, second].into_iter().enumerate() {
+                match link.offer(t0, len) {
+                    Fate::Delivered { first, .. } => {
+                        assert!(want, "case {case}, datagram {i}: delivered");
+                        assert!(first.at >= t0, "case {case}");
+                    }
+                    f => assert!(
+                        !want && f == Fate::Dropped(DropCause::Queue),
+                        "case {case}, datagram {i}: {f:?}"
+                    ),
+                }
+            }
+            check_conservation(&link.counters());
+        }
+        // At 1 bit/s one byte takes 8 s; at u64::MAX bit/s 1500 take none.
+        let mut slow = LinkModel::new(with(|p| p.rate_bps = Some(1)), 30);
+        assert_eq!(copies(slow.offer(t0, 1))[0].at, t0 + Duration::from_secs(8));
+        let mut fast = LinkModel::new(with(|p| p.rate_bps = Some(u64::MAX)), 31);
+        assert_eq!(copies(fast.offer(t0, 1500))[0].at, t0);
+    }
+
+    #[test]
+    fn a_queue_without_end_fills_time_itself_then_drops() {
+        // 1 bit/s behind a queue of Duration::MAX: every 2^57-byte datagram
+        // takes 2^60 s, until departures would leave after the last instant
+        // there is.
+        let params = with(|p| (p.rate_bps, p.queue) = (Some(1), QueueLimit::Time(Duration::MAX)));
+        let mut link = LinkModel::new(params, 32);
+        let t0 = origin();
+        let mut latest = t0;
+        let mut delivered = 0;
+        for _ in 0..100 {
+            match link.offer(t0, 1 << 57) {
+                Fate::Delivered { first, .. } => {
+                    assert!(first.at > latest, "departures are serialised");
+                    latest = first.at;
+                    delivered += 1;
+                }
+                f => assert_eq!(f, Fate::Dropped(DropCause::Queue)),
+            }
+        }
+        assert!(delivered < 100, "no instant is 100 × 2^60 s away");
+        assert!(link.queue_delay(t0) >= Duration::from_secs(1 << 60) * delivered);
+        assert_eq!(link.counters().dropped_queue, 100 - u64::from(delivered));
+        check_conservation(&link.counters());
+    }
+
+    #[test]
+    fn delays_beyond_validation_are_dropped_not_panics() {
+        let t0 = origin();
+        // (case, delay, jitter, distribution)
+        let cases = [
+            (1, Duration::MAX, Duration::ZERO, JitterDist::Uniform),
+            (2, Duration::MAX, ms(1), JitterDist::Uniform),
+            (3, Duration::MAX, ms(1), JitterDist::Normal),
+            (4, ms(1), Duration::MAX, JitterDist::Uniform),
+            (5, ms(1), Duration::MAX, JitterDist::Normal),
+        ];
+        for (case, delay, jitter, jitter_dist) in cases {
+            let p = with(|p| (p.delay, p.jitter, p.jitter_dist) = (delay, jitter, jitter_dist));
+            assert!(p.validate().is_err(), "case {case}");
+            let mut link = LinkModel::new(p, 40 + case);
+            for _ in 0..100 {
+                match link.offer(t0, 100) {
+                    // Jitter may draw a delay that still fits.
+                    Fate::Delivered { first, .. } => assert!(first.at >= t0, "case {case}"),
+                    f => assert_eq!(f, Fate::Dropped(DropCause::Queue), "case {case}"),
+                }
+            }
+            assert!(link.counters().dropped_queue > 0, "case {case}");
+            check_conservation(&link.counters());
+        }
+    }
+
+    #[test]
+    fn corrupting_a_datagram_of_any_length() {
+        let mut link = LinkModel::new(with(|p| p.corrupt = 1.0), 50);
+        for len in [1usize << 61, usize::MAX / 8 + 1, usize::MAX] {
+            let bit = copies(link.offer(origin(), len))[0]
+                .corrupt_bit
+                .expect("corrupt = 100 %");
+            assert!(bit / 8 < len, "bit {bit} of {len} bytes");
+        }
+        assert_eq!(link.counters().corrupted, 3);
+    }
+
+    #[test]
+    fn unvalidated_burst_parameters_lose_what_they_say() {
+        const N: usize = 10_000;
+        // (case, loss, burst, lowest and highest share lost)
+        let cases = [
+            (1, 1.0, 3.0, 1.0, 1.0),
+            (2, 1.0, f64::NAN, 1.0, 1.0),
+            // A NaN or zero burst is a burst of one: loss and delivery
+            // alternate at 50 %.
+            (3, 0.5, f64::NAN, 0.5, 0.5),
+            (4, 0.5, 0.0, 0.5, 0.5),
+            (5, 0.2, -1.0, 0.15, 0.25),
+        ];
+        for (case, loss, burst, lo, hi) in cases {
+            let p = with(|p| (p.loss, p.loss_burst) = (loss, Some(burst)));
+            assert!(p.validate().is_err(), "case {case}");
+            let mut link = LinkModel::new(p, 60 + case);
+            offer_all(&mut link, N, us(10), 100);
+            let share = link.counters().dropped_loss as f64 / N as f64;
+            assert!(
+                (lo - 0.01..=hi + 0.01).contains(&share),
+                "case {case}: {share}"
+            );
+        }
+    }
+
+    #[test]
+    fn counters_saturate() {
+        let mut link = LinkModel::new(everything(), 70);
+        link.counters = LinkCounters {
+            offered: u64::MAX,
+            delivered: u64::MAX,
+            duplicated: u64::MAX,
+            corrupted: u64::MAX,
+            reordered: u64::MAX,
+            dropped_mtu: u64::MAX,
+            dropped_cut: u64::MAX,
+            dropped_loss: u64::MAX,
+            dropped_queue: u64::MAX,
+        };
+        let before = link.counters();
+        let t0 = origin();
+        for i in 0..20_000u32 {
+            link.offer(t0 + us(100) * i, (i as usize * 37) % 1500);
+            if i == 10_000 {
+                link.set_cut(true);
+            }
+        }
+        assert_eq!(link.counters(), before);
     }
 }
