@@ -350,6 +350,57 @@ peer: {p4}
     }
 
     #[test]
+    fn counters_and_times_at_their_limits() {
+        let p = Paint(false);
+        assert_eq!(bytes(&p, u64::MAX), "16777216.00 TiB");
+        assert_eq!(
+            pretty_time(&p, u64::MAX),
+            "584942417355 years, 26 days, 7 hours, 15 seconds"
+        );
+        assert_eq!(
+            ago(&p, 0, u64::MAX),
+            format!("{} ago", pretty_time(&p, u64::MAX))
+        );
+        assert_eq!(
+            ago(&p, u64::MAX, 0),
+            "(System clock wound backward; connection problems may ensue.)"
+        );
+        // Everything a snapshot counts at u64::MAX (and a handshake from
+        // the far future) renders without overflowing anywhere.
+        let mut snap = snapshot();
+        let peer = &mut snap.peers[1];
+        peer.rx_bytes = u64::MAX;
+        peer.tx_bytes = u64::MAX;
+        peer.persistent_keepalive_interval = u16::MAX;
+        peer.extra = vec![("reordered".into(), u64::MAX)];
+        peer.last_handshake = UNIX_EPOCH.checked_add(Duration::from_secs(i64::MAX as u64));
+        peer.paths = vec![crate::uapi::PathSnapshot {
+            name: "a".into(),
+            remote: "192.0.2.1:51820".parse().unwrap(),
+            state: "up".into(),
+            rx_packets: u64::MAX,
+            rx_bytes: u64::MAX,
+            tx_packets: u64::MAX,
+            tx_bytes: u64::MAX,
+            first_arrivals: u64::MAX,
+            rtt_us: Some(u64::MAX),
+            jitter_us: Some(u64::MAX),
+            loss: 1.0,
+            loss_out: 1.0,
+            loss_in: 1.0,
+            pmtu: None,
+        }];
+        let text = render_text("wg0", &snap, now(), false);
+        assert!(text.contains("transfer: 16777216.00 TiB received, 16777216.00 TiB sent"));
+        assert!(text.contains("every 18 hours, 12 minutes, 15 seconds"));
+        assert!(text.contains("braid reordered: 18446744073709551615"));
+        assert!(text.contains("System clock wound backward"));
+        assert!(text.contains("rx 18446744073709551615 pkts (16777216.00 TiB)"));
+        let json = render_json("wg0", &snap);
+        assert!(json.contains("18446744073709551615"));
+    }
+
+    #[test]
     fn fwmark_and_keyless_device() {
         let mut snap = DeviceSnapshot::new(None, 0, 0x1f);
         snap.peers.clear();

@@ -404,14 +404,34 @@ struct SetParser {
     req: SetRequest,
 }
 
+/// The unsigned field types of a `set=1` request, with their largest value
+/// for the error message.
+trait Field: TryFrom<u64> {
+    const MAX: u64;
+}
+
+impl Field for u16 {
+    const MAX: u64 = u16::MAX as u64;
+}
+
+impl Field for u32 {
+    const MAX: u64 = u32::MAX as u64;
+}
+
 /// Decimal without sign or spaces; `str::parse` alone would take "+1".
-fn number<T: TryFrom<u64>>(key: &str, value: &str) -> Result<T, UapiError> {
+/// Nothing wraps: a value above u64 fails to parse, one above the field's
+/// type fails `try_from`, and both are an error that names the key (the
+/// whole request is then refused, so nothing of it is applied).
+fn number<T: Field>(key: &str, value: &str) -> Result<T, UapiError> {
     if !value.is_empty() && value.len() <= 20 && value.bytes().all(|b| b.is_ascii_digit()) {
         if let Some(v) = value.parse::<u64>().ok().and_then(|v| T::try_from(v).ok()) {
             return Ok(v);
         }
     }
-    Err(invalid(format!("invalid {key}: {value:?}")))
+    Err(invalid(format!(
+        "invalid {key}: {value:?} is not a number from 0 to {}",
+        T::MAX
+    )))
 }
 
 fn flag(key: &str, value: &str) -> Result<bool, UapiError> {
@@ -518,7 +538,8 @@ impl SetParser {
 /// (wireguard-go sends `errno=-22`), after a get its parser only accepts
 /// digits and negates them itself.
 pub fn format_errno(op: Option<Operation>, errno: Errno) -> String {
-    let n = errno.0.abs();
+    // unsigned_abs: i32::MIN.abs() would overflow (and print "--").
+    let n = errno.0.unsigned_abs();
     if op == Some(Operation::Get) || n == 0 {
         format!("errno={n}\n\n")
     } else {
@@ -657,29 +678,52 @@ pub fn snapshot_from_json(json: &str) -> Result<DeviceSnapshot, serde_json::Erro
         peers: dev
             .peers
             .into_iter()
-            .map(|p| PeerSnapshot {
-                public_key: p.public_key,
-                preshared_key: p
-                    .has_preshared_key
-                    .then(|| PresharedKey::from_bytes([0; 32])),
-                endpoint: p.endpoint,
-                last_handshake: (p.last_handshake_time_sec != 0 || p.last_handshake_time_nsec != 0)
-                    .then(|| {
-                        UNIX_EPOCH
-                            + Duration::new(p.last_handshake_time_sec, p.last_handshake_time_nsec)
-                    }),
-                rx_bytes: p.rx_bytes,
-                tx_bytes: p.tx_bytes,
-                persistent_keepalive_interval: p.persistent_keepalive_interval,
-                allowed_ips: p.allowed_ips,
-                extra: p.extra,
-                mode: p.mode,
-                paths: p.paths,
-                cipher: p.cipher,
+            .map(|p| {
+                Ok(PeerSnapshot {
+                    public_key: p.public_key,
+                    preshared_key: p
+                        .has_preshared_key
+                        .then(|| PresharedKey::from_bytes([0; 32])),
+                    endpoint: p.endpoint,
+                    last_handshake: handshake_time(
+                        p.last_handshake_time_sec,
+                        p.last_handshake_time_nsec,
+                    )?,
+                    rx_bytes: p.rx_bytes,
+                    tx_bytes: p.tx_bytes,
+                    persistent_keepalive_interval: p.persistent_keepalive_interval,
+                    allowed_ips: p.allowed_ips,
+                    extra: p.extra,
+                    mode: p.mode,
+                    paths: p.paths,
+                    cipher: p.cipher,
+                })
             })
-            .collect(),
+            .collect::<Result<_, serde_json::Error>>()?,
         extra: dev.extra,
     })
+}
+
+/// A handshake time as the JSON carries it (0/0: none). The reply comes
+/// from another process: a time `SystemTime` cannot hold, or nanoseconds
+/// past a second, is an error rather than a panic in `Duration::new` or
+/// `UNIX_EPOCH + …`.
+fn handshake_time(sec: u64, nsec: u32) -> Result<Option<SystemTime>, serde_json::Error> {
+    if sec == 0 && nsec == 0 {
+        return Ok(None);
+    }
+    let out_of_range = || {
+        <serde_json::Error as serde::de::Error>::custom(format!(
+            "last_handshake_time {sec}.{nsec:09} is out of range"
+        ))
+    };
+    if nsec >= 1_000_000_000 {
+        return Err(out_of_range());
+    }
+    UNIX_EPOCH
+        .checked_add(Duration::new(sec, nsec))
+        .map(Some)
+        .ok_or_else(out_of_range)
 }
 
 /// The `get=braid` reply.
@@ -767,11 +811,22 @@ pub fn reply_errno(reply: &str) -> Option<i64> {
 
 /// Runs `get=braid` against a socket and decodes the answer.
 pub fn query_braid(path: impl AsRef<Path>) -> io::Result<DeviceSnapshot> {
-    let reply = query(path, "get=braid\n\n")?;
+    parse_braid_reply(&query(path, "get=braid\n\n")?)
+}
+
+/// Decodes a `get=braid` reply.
+fn parse_braid_reply(reply: &str) -> io::Result<DeviceSnapshot> {
     let proto = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
-    match reply_errno(&reply) {
+    match reply_errno(reply) {
         Some(0) => {}
-        Some(n) => return Err(io::Error::from_raw_os_error(n.unsigned_abs() as i32)),
+        // An errno beyond i32 is no errno: truncated, it could read as
+        // any error (4294967297 as 1, EPERM).
+        Some(n) => {
+            return Err(match i32::try_from(n.unsigned_abs()) {
+                Ok(errno) => io::Error::from_raw_os_error(errno),
+                Err(_) => proto(format!("reply has errno={n}, out of range")),
+            })
+        }
         None => return Err(proto("reply has no errno line".into())),
     }
     let json = reply
@@ -1161,6 +1216,131 @@ errno=0
         assert!(back.peers[1].preshared_key.is_none());
         assert_eq!(back.peers[1].last_handshake, None);
         assert_eq!(back.peers[1].allowed_ips, snap.peers[1].allowed_ips);
+    }
+
+    #[test]
+    fn numbers_out_of_range_name_their_key_and_apply_nothing() {
+        let key = "11".repeat(32);
+        for (line, name, max) in [
+            ("listen_port=99999", "listen_port", "65535"),
+            ("listen_port=65536", "listen_port", "65535"),
+            ("fwmark=4294967296", "fwmark", "4294967295"),
+            ("fwmark=18446744073709551616", "fwmark", "4294967295"),
+            ("fwmark=99999999999999999999999", "fwmark", "4294967295"),
+            (
+                "persistent_keepalive_interval=4294967296",
+                "persistent_keepalive_interval",
+                "65535",
+            ),
+            (
+                "persistent_keepalive_interval=65536",
+                "persistent_keepalive_interval",
+                "65535",
+            ),
+            (
+                "protocol_version=4294967297",
+                "protocol_version",
+                "4294967295",
+            ),
+        ] {
+            let peer = !line.starts_with("listen_port") && !line.starts_with("fwmark");
+            let text = if peer {
+                format!("set=1\npublic_key={key}\n{line}\n\n")
+            } else {
+                format!("set=1\n{line}\n\n")
+            };
+            let e = parse_request(&text).unwrap_err();
+            assert_eq!((e.errno, e.fatal), (Errno::EINVAL, false), "{line}");
+            assert!(
+                e.message.contains(&format!("invalid {name}:")) && e.message.contains(max),
+                "{line}: {}",
+                e.message
+            );
+        }
+        // The largest values that fit are taken as they are.
+        let text = format!(
+            "set=1\nlisten_port=65535\nfwmark=4294967295\npublic_key={key}\npersistent_keepalive_interval=65535\n\n"
+        );
+        let Request::Set(s) = parse_request(&text).unwrap() else {
+            panic!("not a set")
+        };
+        assert_eq!(s.listen_port, Some(u16::MAX));
+        assert_eq!(s.fwmark, Some(u32::MAX));
+        assert_eq!(s.peers[0].persistent_keepalive_interval, Some(u16::MAX));
+
+        // Served: the handler never sees the bad set (nothing is applied,
+        // not even the valid line before the bad one), and the next
+        // request is answered as usual.
+        let input = "set=1\nlisten_port=1\nlisten_port=99999\n\nget=1\n\n";
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        serve(&mut io::Cursor::new(input), &mut out, &mut |req| {
+            seen.push(req.operation());
+            Response::Get(DeviceSnapshot::default())
+        })
+        .unwrap();
+        assert_eq!(seen, [Operation::Get]);
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with("errno=-22\n\nlisten_port=0\n"), "{out:?}");
+    }
+
+    #[test]
+    fn errno_extremes_neither_overflow_nor_truncate() {
+        assert_eq!(
+            format_errno(Some(Operation::Set), Errno(i32::MIN)),
+            "errno=-2147483648\n\n"
+        );
+        assert_eq!(
+            format_errno(Some(Operation::Get), Errno(i32::MIN)),
+            "errno=2147483648\n\n"
+        );
+        assert_eq!(
+            format_errno(Some(Operation::Set), Errno(-22)),
+            "errno=-22\n\n"
+        );
+        // 4294967297 truncated to i32 would be 1 (EPERM).
+        for reply in ["errno=-4294967297\n\n", "errno=4294967297\n\n"] {
+            let e = parse_braid_reply(reply).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{reply}");
+            assert_eq!(e.raw_os_error(), None);
+        }
+        let e = parse_braid_reply("errno=-98\n\n").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EADDRINUSE));
+        let e = parse_braid_reply(&format!("errno={}\n\n", i64::MIN)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+
+    #[test]
+    fn handshake_times_out_of_range_are_an_error_not_a_panic() {
+        let json_with = |sec: serde_json::Value, nsec: serde_json::Value| {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&snapshot_to_json(&sample_snapshot())).unwrap();
+            v["peers"][0]["last_handshake_time_sec"] = sec;
+            v["peers"][0]["last_handshake_time_nsec"] = nsec;
+            v.to_string()
+        };
+        let back = snapshot_from_json(&json_with(5.into(), 7.into())).unwrap();
+        assert_eq!(
+            back.peers[0].last_handshake,
+            Some(UNIX_EPOCH + Duration::new(5, 7))
+        );
+        let back = snapshot_from_json(&json_with(0.into(), 0.into())).unwrap();
+        assert_eq!(back.peers[0].last_handshake, None);
+        for (sec, nsec) in [
+            (5u64, 1_000_000_000u32),
+            (u64::MAX, 999_999_999),
+            (u64::MAX, u32::MAX),
+            (i64::MAX as u64 + 1, 0),
+        ] {
+            let e = snapshot_from_json(&json_with(sec.into(), nsec.into()))
+                .expect_err(&format!("{sec}.{nsec}"));
+            assert!(e.to_string().contains("out of range"), "{e}");
+            let reply = format!("json={}\nerrno=0\n\n", json_with(sec.into(), nsec.into()));
+            assert_eq!(
+                parse_braid_reply(&reply).unwrap_err().kind(),
+                io::ErrorKind::InvalidData
+            );
+        }
     }
 
     #[test]

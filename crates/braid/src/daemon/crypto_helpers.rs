@@ -45,15 +45,21 @@ pub const HELPERS_ENV: &str = "BRAID_CRYPTO_HELPERS";
 /// else half the cores beyond the two data-plane threads (rounded up).
 pub fn helpers_per_direction() -> Result<usize, String> {
     if let Ok(v) = std::env::var(HELPERS_ENV) {
-        return match v.trim().parse::<usize>() {
-            Ok(n) if n <= MAX_HELPERS => Ok(n),
-            _ => Err(format!(
-                "{HELPERS_ENV}={v:?}: expected a number of helper threads from 0 to {MAX_HELPERS}"
-            )),
-        };
+        return parse_helpers(&v);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     Ok(cores.saturating_sub(2).div_ceil(2).min(MAX_HELPERS))
+}
+
+/// The value of [`HELPERS_ENV`]: a number too large for usize is refused
+/// like any other above [`MAX_HELPERS`].
+fn parse_helpers(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_HELPERS => Ok(n),
+        _ => Err(format!(
+            "{HELPERS_ENV}={v:?}: expected a number of helper threads from 0 to {MAX_HELPERS}"
+        )),
+    }
 }
 
 /// The helpers of one direction; none means the owner does all the work.
@@ -164,9 +170,14 @@ impl CryptoHelpers {
                 let part =
                     unsafe { std::mem::transmute::<CryptoPart<'_>, CryptoPart<'static>>(part) };
                 state.tasks[slot] = Some(Task { part, open });
+                // At most MAX_HELPERS running at once.
                 self.pool.running.fetch_add(1, Ordering::Relaxed);
+                // Shown by `braid show`; fetch_add wraps, but one per part
+                // of a batch a u64 does not within centuries.
                 self.parts_handed_out.fetch_add(1, Ordering::Relaxed);
             }
+            // Only ever compared for a change, so wrapping would be
+            // harmless as well.
             self.pool.posted.fetch_add(1, Ordering::Release);
             state.helpers_asleep > 0
         };
@@ -308,6 +319,26 @@ mod tests {
             jobs.push(i, 0, keys);
         }
         (batch, jobs)
+    }
+
+    #[test]
+    fn helper_counts_out_of_range_are_refused() {
+        assert_eq!(parse_helpers("0"), Ok(0));
+        assert_eq!(parse_helpers(" 7 "), Ok(MAX_HELPERS));
+        for bad in [
+            "8",
+            "-1",
+            "18446744073709551616",
+            "99999999999999999999999",
+            "",
+            "two",
+        ] {
+            let e = parse_helpers(bad).unwrap_err();
+            assert!(
+                e.contains(HELPERS_ENV) && e.contains("from 0 to 7"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

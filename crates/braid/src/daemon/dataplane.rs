@@ -197,14 +197,14 @@ impl Shared {
     }
 
     pub fn set_main_deadline(&self, at: Instant) {
-        let nanos = at.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let nanos = nanos_since(self.epoch, at);
         self.main_deadline.store(nanos, Ordering::Relaxed);
     }
 
     /// Wakes the main thread if `deadline` comes before the one it sleeps to.
     fn wake_main_before(&self, deadline: Option<Instant>) {
         let Some(at) = deadline else { return };
-        let nanos = at.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let nanos = nanos_since(self.epoch, at);
         if nanos < self.main_deadline.load(Ordering::Relaxed) {
             self.main_deadline.store(nanos, Ordering::Relaxed);
             let _ = self.waker.wake();
@@ -239,6 +239,13 @@ impl Shared {
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
+}
+
+/// `at` as nanoseconds since `epoch` (0 before it), saturating: a
+/// far deadline (a timer set centuries ahead) stays the latest one rather
+/// than wrapping to an early one that wakes the main thread for nothing.
+fn nanos_since(epoch: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Sends what the device has queued (handshakes, keepalives, packets
@@ -333,6 +340,7 @@ pub fn receive_from_line(
         if n == 0 {
             break;
         }
+        // At most max_batches * capacity: no overflow.
         received += n;
         let now = Instant::now();
         shared.device().prepare_decapsulate(now, batch, jobs);
@@ -517,4 +525,29 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
     // Whatever ended this thread ends the interface.
     shared.request_stop();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_far_away_saturate_instead_of_wrapping() {
+        let epoch = Instant::now();
+        assert_eq!(nanos_since(epoch, epoch), 0);
+        assert_eq!(
+            nanos_since(epoch + Duration::from_millis(3), epoch),
+            0,
+            "before the epoch"
+        );
+        assert_eq!(
+            nanos_since(epoch, epoch + Duration::from_millis(3)),
+            3_000_000
+        );
+        // 600 years: more nanoseconds than a u64 holds. Truncated it would
+        // be an early deadline; saturated it is the latest there is.
+        if let Some(far) = epoch.checked_add(Duration::from_secs(600 * 365 * 86_400)) {
+            assert_eq!(nanos_since(epoch, far), u64::MAX);
+        }
+    }
 }

@@ -25,18 +25,21 @@ impl Lines {
     }
 
     /// Adds a line that no `bind=` names; returns its index.
-    pub fn push(&mut self, line: Line) -> u16 {
+    pub fn push(&mut self, line: Line) -> io::Result<u16> {
+        let index = line_index(self.sockets.len())?;
         self.sockets.push(line);
         self.binds.push(None);
-        (self.sockets.len() - 1) as u16
+        Ok(index)
     }
 
     /// The line for `bind` (opened on first use); `None` is the main line.
     pub fn line_for(&mut self, bind: Option<&Bind>) -> io::Result<u16> {
         let Some(bind) = bind else { return Ok(0) };
         if let Some(i) = self.binds.iter().position(|b| b.as_ref() == Some(bind)) {
+            // Exact: every line got an index that fits (line_index).
             return Ok(i as u16);
         }
+        let index = line_index(self.sockets.len())?;
         let socket = match bind {
             Bind::Interface(dev) => UdpSocket::bind_on(
                 SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
@@ -56,7 +59,7 @@ impl Lines {
         .map_err(|e| io::Error::new(e.kind(), format!("line bind={}: {e}", describe(bind))))?;
         self.sockets.push(Line::Udp(socket));
         self.binds.push(Some(bind.clone()));
-        Ok((self.sockets.len() - 1) as u16)
+        Ok(index)
     }
 
     /// What line `line` is bound to (`None`: the main line, or no such line).
@@ -85,6 +88,7 @@ impl Lines {
 
     /// Receives one batch from line `line`, tagging each datagram with it.
     pub fn recv(&self, line: usize, batch: &mut PacketBatch) -> io::Result<usize> {
+        // Indexing first: a line that exists has an index that fits u16.
         self.sockets[line].recv(line as u16, batch)
     }
 
@@ -95,14 +99,37 @@ impl Lines {
             return Ok(());
         }
         for (line, socket) in self.sockets.iter().enumerate() {
+            // Exact: every line got an index that fits (line_index).
             socket.send(line as u16, batch)?;
         }
         Ok(())
     }
 
+    /// Datagrams dropped on send, all lines together (saturating: a sum
+    /// of counters must not wrap to a small number, nor panic).
     pub fn dropped(&self) -> u64 {
-        self.sockets.iter().map(Line::dropped).sum()
+        saturating_sum(self.sockets.iter().map(Line::dropped))
     }
+}
+
+fn saturating_sum(counts: impl Iterator<Item = u64>) -> u64 {
+    counts.fold(0, u64::saturating_add)
+}
+
+/// The index a new line gets when `count` lines exist. Datagrams carry
+/// their line as a u16, so a line beyond 65536 is refused rather than
+/// wrapped onto line 0 (which would send its datagrams out another
+/// interface).
+fn line_index(count: usize) -> io::Result<u16> {
+    u16::try_from(count).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "too many lines: at most {} (distinct bind= and TCP endpoints)",
+                u16::MAX as usize + 1
+            ),
+        )
+    })
 }
 
 fn describe(bind: &Bind) -> String {
@@ -124,4 +151,26 @@ pub fn open_for(lines: &mut Lines, cfg: &Config) -> io::Result<Vec<Vec<u16>>> {
                 .collect()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_indices_stop_at_u16_instead_of_wrapping() {
+        assert_eq!(line_index(0).unwrap(), 0);
+        assert_eq!(line_index(65535).unwrap(), 65535);
+        let e = line_index(65536).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("too many lines"), "{e}");
+        assert!(line_index(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn dropped_counts_add_up_saturating() {
+        assert_eq!(saturating_sum([1, 2, 3].into_iter()), 6);
+        assert_eq!(saturating_sum([u64::MAX - 1, 5, 7].into_iter()), u64::MAX);
+        assert_eq!(saturating_sum(std::iter::empty()), 0);
+    }
 }

@@ -106,10 +106,10 @@ impl PathMtu {
                     });
                 if written {
                     a.tokens -= 1.0;
-                    a.sent += 1;
+                    a.sent = a.sent.saturating_add(1);
                 }
             } else {
-                a.suppressed += 1;
+                a.suppressed = a.suppressed.saturating_add(1);
             }
             batch.consume(i);
         }
@@ -128,9 +128,9 @@ pub fn follow(shared: &Shared, name: &str) {
         let mut device = shared.device();
         let target = device.path_mtu_target(pm.default as usize);
         device.set_padding_cap(target);
-        target as u32
+        target
     };
-    let target = target.min(super::MAX_MTU);
+    let target = capped_mtu(target);
     pm.limit.store(target, Ordering::Relaxed);
     if !pm.auto || pm.applied.load(Ordering::Relaxed) == target {
         return;
@@ -143,6 +143,13 @@ pub fn follow(shared: &Shared, name: &str) {
         }
         Err(e) => eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}"),
     }
+}
+
+/// A path MTU target as the TUN MTU braid can carry: capped before the
+/// cast, so a target above u32::MAX becomes MAX_MTU rather than whatever
+/// its low 32 bits say.
+fn capped_mtu(target: usize) -> u32 {
+    target.min(super::MAX_MTU as usize) as u32
 }
 
 /// Tells each path's search how big its local line allows (every few
@@ -247,6 +254,18 @@ pub fn snapshot(p: &braid_core::pmtud::Pmtud) -> Option<crate::uapi::PmtuSnapsho
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mtu_targets_are_capped_before_the_cast() {
+        assert_eq!(capped_mtu(1420), 1420);
+        assert_eq!(
+            capped_mtu(super::super::MAX_MTU as usize + 1),
+            super::super::MAX_MTU
+        );
+        // Its low 32 bits say 100: truncated, the tunnel MTU would be 100.
+        assert_eq!(capped_mtu((1 << 32) + 100), super::super::MAX_MTU);
+        assert_eq!(capped_mtu(usize::MAX), super::super::MAX_MTU);
+    }
 
     #[test]
     fn loopback_route_mtu_is_found() {

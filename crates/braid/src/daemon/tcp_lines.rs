@@ -104,7 +104,7 @@ pub fn open(lines: &mut Lines, cfg: &Config, listen_port: u16, fwmark: u32) -> i
     }
     if cfg.interface.listen_port.is_some_and(|p| p != 0) {
         let listener = TcpLine::listen(listen_port, fwmark)?;
-        lines.push(Line::Tcp(TcpRole::Listen, listener));
+        lines.push(Line::Tcp(TcpRole::Listen, listener))?;
     }
     for peer in &cfg.peers {
         if peer.transport == Transport::Tcp {
@@ -151,7 +151,7 @@ fn connect_line(
     };
     let line = TcpLine::connect(remote, device.as_deref(), local, fwmark)
         .map_err(|e| io::Error::new(e.kind(), format!("TCP line to {remote}: {e}")))?;
-    Ok(lines.push(Line::Tcp(role, line)))
+    lines.push(Line::Tcp(role, line))
 }
 
 fn find(lines: &Lines, role: &TcpRole) -> Option<u16> {
@@ -159,6 +159,7 @@ fn find(lines: &Lines, role: &TcpRole) -> Option<u16> {
         .all()
         .iter()
         .position(|l| matches!(l, Line::Tcp(r, _) if r == role))
+        // Exact: Lines hands out no index above u16::MAX.
         .map(|i| i as u16)
 }
 
@@ -200,6 +201,7 @@ pub fn add_endpoint_path(
 /// to go when a line has too many connections.
 pub fn sort_out_connections(lines: &Lines, device: &Device) {
     for (i, line) in lines.all().iter().enumerate() {
+        // `i as u16` below is exact: Lines hands out no index above u16::MAX.
         if let Line::Tcp(TcpRole::Listen, tcp) = line {
             tcp.sort_out(|addr| {
                 device.peer_ids().any(|pid| {
