@@ -95,6 +95,12 @@ impl CookieChecker {
         src: SocketAddr,
         check_mac2: bool,
     ) -> MacVerdict {
+        // The macs are the last 32 bytes; anything shorter has none (the
+        // device passes whole handshake messages, but a short slice must
+        // not underflow the offsets).
+        if msg.len() < 2 * MAC_LEN {
+            return MacVerdict::Invalid;
+        }
         let m1 = messages::mac1_range(msg.len());
         let m2 = messages::mac2_range(msg.len());
         if !crypto::ct_eq(&mac(&self.mac1_key, &msg[..m1]), &msg[m1..m2]) {
@@ -170,6 +176,7 @@ impl CookieState {
         let mac1 = mac(&self.mac1_key, &msg[..m1]);
         msg[m1..m2].copy_from_slice(&mac1);
         self.last_mac1 = Some(mac1);
+        // Constants: 120 s - 5 s.
         let fresh = self.cookie.filter(|(_, got)| {
             now.saturating_duration_since(*got) < COOKIE_SECRET_MAX_AGE - COOKIE_SECRET_LATENCY
         });
@@ -241,5 +248,47 @@ mod tests {
         let mut msg = [1u8; messages::INITIATION_LEN];
         state.add_macs(Instant::now(), &mut msg);
         assert!(state.consume_reply(Instant::now(), &reply).is_err());
+    }
+
+    #[test]
+    fn messages_too_short_for_macs_are_invalid_not_a_panic() {
+        let mut checker = CookieChecker::new(&[3u8; 32]);
+        let src: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+        for len in [0, 1, MAC_LEN, 2 * MAC_LEN - 1] {
+            let msg = vec![0u8; len];
+            for mac2 in [false, true] {
+                assert_eq!(
+                    checker.verify(Instant::now(), &msg, src, mac2),
+                    MacVerdict::Invalid,
+                    "{len} bytes"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cookie_and_secret_ages_never_underflow() {
+        // A cookie or secret stamped later than now (clock readings out of
+        // order): still fresh, no underflow; centuries later: expired.
+        let responder_public = [3u8; 32];
+        let mut checker = CookieChecker::new(&responder_public);
+        let mut state = CookieState::new(&responder_public);
+        let now = Instant::now() + Duration::from_secs(1000);
+        let src: SocketAddr = "198.18.0.2:4000".parse().unwrap();
+        let mut msg = [1u8; messages::INITIATION_LEN];
+        state.add_macs(now, &mut msg);
+        let mut reply = [0u8; messages::COOKIE_REPLY_LEN];
+        checker.create_reply(now, &msg, src, 7, &mut rand_core::OsRng, &mut reply);
+        state.consume_reply(now, &reply).unwrap();
+        let earlier = now - Duration::from_secs(1000);
+        state.add_macs(earlier, &mut msg);
+        assert_eq!(
+            checker.verify(earlier, &msg, src, true),
+            MacVerdict::Mac1AndMac2
+        );
+        let far = now + Duration::from_secs(1 << 40);
+        state.add_macs(far, &mut msg);
+        assert_eq!(&msg[messages::mac2_range(msg.len())..], &[0u8; MAC_LEN]);
+        assert_eq!(checker.verify(far, &msg, src, true), MacVerdict::Mac1Only);
     }
 }

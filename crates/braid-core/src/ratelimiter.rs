@@ -91,9 +91,12 @@ impl SourceRateLimiter {
         self.collect_idle(now);
         let source = Source::of(ip);
         if let Some(b) = self.buckets.get_mut(&source) {
+            // In u128 any idle time fits; the minimum brings it back to u64.
             let earned = now.saturating_duration_since(b.last).as_nanos();
             b.tokens_ns = (b.tokens_ns as u128 + earned).min(BUCKET_MAX_NS as u128) as u64;
-            b.last = now;
+            // A `now` earlier than the last one earns nothing, and must not
+            // move `last` back either: the same interval would pay twice.
+            b.last = b.last.max(now);
             if b.tokens_ns < MESSAGE_COST_NS {
                 return Decision::RateLimited;
             }
@@ -122,7 +125,7 @@ impl SourceRateLimiter {
         if !due {
             return;
         }
-        self.last_collection = Some(now);
+        self.last_collection = Some(self.last_collection.map_or(now, |t| t.max(now)));
         self.buckets
             .retain(|_, b| now.saturating_duration_since(b.last) < SOURCE_IDLE_EXPIRY);
     }
@@ -211,5 +214,39 @@ mod tests {
         let earned = (2999 * HANDSHAKES_PER_SOURCE_PER_SECOND) / 1000;
         assert_eq!(allowed, HANDSHAKE_BURST_PER_SOURCE + earned);
         assert_eq!(rl.len(), 1);
+    }
+
+    #[test]
+    fn time_going_backwards_mints_no_tokens() {
+        let mut rl = SourceRateLimiter::new();
+        let t = Instant::now() + Duration::from_secs(100);
+        let ip = v4(1);
+        while rl.allow(t, ip) == Decision::Allowed {}
+        // An earlier `now` (another thread's clock reading): nothing.
+        assert_eq!(
+            rl.allow(t - Duration::from_secs(10), ip),
+            Decision::RateLimited
+        );
+        // Back at the present plus one message's worth: exactly one.
+        let later = t + Duration::from_nanos(MESSAGE_COST_NS);
+        assert_eq!(rl.allow(later, ip), Decision::Allowed);
+        assert_eq!(rl.allow(later, ip), Decision::RateLimited);
+        assert_eq!(rl.len(), 1);
+    }
+
+    #[test]
+    fn centuries_of_idleness_earn_one_burst() {
+        let mut rl = SourceRateLimiter::new();
+        let t0 = Instant::now();
+        let ip = v4(1);
+        while rl.allow(t0, ip) == Decision::Allowed {}
+        // As if collection had just run, so the bucket itself refills:
+        // 2^40 s is more nanoseconds than u64 holds.
+        let far = t0 + Duration::from_secs(1 << 40);
+        rl.last_collection = Some(far);
+        let burst = (0..100)
+            .filter(|_| rl.allow(far, ip) == Decision::Allowed)
+            .count();
+        assert_eq!(burst as u64, HANDSHAKE_BURST_PER_SOURCE);
     }
 }
