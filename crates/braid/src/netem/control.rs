@@ -260,7 +260,11 @@ impl ControlServer {
         };
         let mut chunk = [0u8; 1024];
         let mut closed = false;
-        loop {
+        // Reads stop once more than a line's worth waits, so a client that
+        // never sends a newline cannot grow the buffer beyond
+        // MAX_LINE + 1024; the rest stays in the socket, and epoll (level
+        // triggered) reports it again once these lines are answered.
+        while conn.buf.len() <= MAX_LINE {
             match conn.stream.read(&mut chunk) {
                 Ok(0) => {
                     closed = true;
@@ -328,5 +332,44 @@ mod tests {
             Ok(Command::Stats { json: true })
         );
         assert!(parse_command("reboot").is_err());
+    }
+
+    #[test]
+    fn lines_are_answered_and_an_endless_one_is_cut_off() {
+        let dir = std::env::temp_dir().join(format!("braid-netem-ctl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.sock");
+        let mut server = ControlServer::bind(&path).unwrap();
+        let mut client = UnixStream::connect(&path).unwrap();
+        let mut registered = Vec::new();
+        server.accept(|_, i| {
+            registered.push(i);
+            true
+        });
+        assert_eq!(registered, [0]);
+
+        client.write_all(b"cut\nstats json\n").unwrap();
+        let mut seen = Vec::new();
+        server.readable(0, |cmd| {
+            seen.push(cmd);
+            "ok".into()
+        });
+        assert_eq!(seen, [Ok(Command::Cut), Ok(Command::Stats { json: true })]);
+        let mut answers = [0u8; 6];
+        client.read_exact(&mut answers).unwrap();
+        assert_eq!(&answers, b"ok\nok\n");
+
+        // More than a line's worth without a newline (small enough for any
+        // socket buffer): no command, and the connection goes.
+        client.write_all(&[b'x'; 2 * MAX_LINE]).unwrap();
+        seen.clear();
+        server.readable(0, |cmd| {
+            seen.push(cmd);
+            "ok".into()
+        });
+        assert!(seen.is_empty());
+        assert!(server.conns[0].is_none(), "closed");
+        drop(server);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

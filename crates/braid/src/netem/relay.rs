@@ -197,9 +197,13 @@ impl Clients {
         if let Some(c) = self.slots[slot as usize].take() {
             // Closing the socket also takes it out of the epoll set.
             self.by_addr.remove(&c.addr);
+            // A tag compared for equality only: wrapping is the intent (a
+            // datagram would have to stay in flight through 2^32 evictions
+            // of its slot to be mistaken).
             self.gens[slot as usize] = self.gens[slot as usize].wrapping_add(1);
+            // The slot held a client, so count >= 1.
             self.count -= 1;
-            self.evicted += 1;
+            self.evicted = self.evicted.saturating_add(1);
             self.last = None;
         }
     }
@@ -251,6 +255,8 @@ impl Clients {
         let sock = upstream_socket(to)
             .map_err(|e| eprintln!("braid netem: no upstream socket for client {addr}: {e}"))
             .ok()?;
+        // slot < max_clients <= 65536 (args): the token stays far below
+        // u64::MAX and `t - T_CLIENT` gives the slot back exactly.
         epoll.add(sock.as_raw_fd(), T_CLIENT + slot as u64).ok()?;
         self.slots[slot as usize] = Some(Client {
             addr,
@@ -287,11 +293,38 @@ struct Direction {
     in_flight_bytes: u64,
 }
 
+/// Statistics: every count saturates rather than wraps to a small number.
 #[derive(Default)]
 struct Sent {
     packets: u64,
     bytes: u64,
     failed: u64,
+}
+
+impl Sent {
+    /// Records a send of `count` datagrams, `bytes` together, of which
+    /// the kernel took `sent`.
+    fn record(&mut self, count: usize, sent: usize, bytes: u64) {
+        // send_batch never reports more than it was given; clamped so a
+        // surprise cannot underflow `count - sent`.
+        let sent = sent.min(count);
+        self.packets = self.packets.saturating_add(sent as u64);
+        // send_batch reports a count, not which ones failed (rare: a full
+        // buffer for 100 ms, an unreachable destination): their share of
+        // the bytes. In u128 the product cannot overflow; the quotient is
+        // at most `bytes`, so it fits a u64 again.
+        let taken = if sent == count {
+            bytes
+        } else {
+            (u128::from(bytes) * sent as u128 / count as u128) as u64
+        };
+        self.bytes = self.bytes.saturating_add(taken);
+        self.failed = self.failed.saturating_add((count - sent) as u64);
+    }
+
+    fn failed(&mut self, n: usize) {
+        self.failed = self.failed.saturating_add(n as u64);
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -317,22 +350,13 @@ impl Io {
             Target::Client(c) => match self.clients.get(c) {
                 Some(cl) => (&cl.sock, UP),
                 None => {
-                    self.sent[UP].failed += count as u64;
+                    self.sent[UP].failed(count);
                     return;
                 }
             },
         };
         let sent = sock.send_batch(batch).unwrap_or(0);
-        let s = &mut self.sent[dir];
-        s.packets += sent as u64;
-        // send_batch reports a count, not which ones failed (rare: a full
-        // buffer for 100 ms, an unreachable destination).
-        s.bytes += if sent == count {
-            bytes
-        } else {
-            bytes * sent as u64 / count as u64
-        };
-        s.failed += (count - sent) as u64;
+        self.sent[dir].record(count, sent, bytes);
     }
 }
 
@@ -353,6 +377,7 @@ impl Out {
             buf[..data.len()].copy_from_slice(data);
             data.len()
         });
+        // At most BATCH datagrams of at most RECV_STRIDE bytes each.
         self.bytes += data.len() as u64;
     }
 
@@ -508,7 +533,7 @@ impl Relay {
                     mtu: c.dropped_mtu,
                     cut: c.dropped_cut,
                     loss: c.dropped_loss,
-                    queue: c.dropped_queue + d.overflow,
+                    queue: c.dropped_queue.saturating_add(d.overflow),
                 },
                 duplicated: c.duplicated,
                 corrupted: c.corrupted,
@@ -594,6 +619,8 @@ impl Relay {
     }
 
     fn timers(&mut self, now: Instant) {
+        // Every Instant + Duration here is in range: args refuses
+        // durations above 1e9 s (32 years), and Instant counts i64 seconds.
         while let Some(&(at, cut)) = self.cfg.schedule.get(self.next_event) {
             if self.start + at > now {
                 break;
@@ -853,13 +880,14 @@ impl Relay {
                 }
                 self.dirs[d].heap.pop();
                 let meta = self.pool.meta[due.id as usize];
+                // enqueue added exactly this when it pushed `due`.
                 self.dirs[d].in_flight_bytes -= meta.len as u64;
                 let target = if d == UP {
                     if self.io.clients.gens[meta.client as usize] != meta.gen
                         || self.io.clients.get(meta.client).is_none()
                     {
                         // Its client was evicted while it was in flight.
-                        self.io.sent[UP].failed += 1;
+                        self.io.sent[UP].failed(1);
                         self.pool.free(due.id);
                         continue;
                     }
@@ -883,7 +911,7 @@ fn enqueue(dir: &mut Direction, pool: &mut Pool, fate: Fate, data: &[u8], meta: 
     };
     for Delivery { at, corrupt_bit } in std::iter::once(first).chain(duplicate) {
         let Some(id) = pool.alloc(data.len()) else {
-            dir.overflow += 1;
+            dir.overflow = dir.overflow.saturating_add(1);
             continue;
         };
         let buf = &mut pool.buf(id)[..data.len()];
@@ -892,12 +920,50 @@ fn enqueue(dir: &mut Direction, pool: &mut Pool, fate: Fate, data: &[u8], meta: 
             apply_corruption(buf, bit);
         }
         pool.meta[id as usize] = meta;
+        // A gauge of what the pool holds (a few MiB at most), taken off
+        // again in flush_due.
         dir.in_flight_bytes += data.len() as u64;
         dir.heap.push(Due {
             at,
             seq: dir.seq,
             id,
         });
+        // The arrival order: one per copy, so a u64 never wraps (a wrap
+        // would reorder; saturating would tie, and neither can happen).
         dir.seq += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_counters_saturate_and_split_bytes_without_overflow() {
+        let mut s = Sent::default();
+        s.record(4, 4, 4000);
+        assert_eq!((s.packets, s.bytes, s.failed), (4, 4000, 0));
+        s.record(4, 1, 4000);
+        assert_eq!((s.packets, s.bytes, s.failed), (5, 5000, 3));
+        // A kernel claiming more than it was given counts as all sent.
+        s.record(2, 3, 10);
+        assert_eq!((s.packets, s.bytes, s.failed), (7, 5010, 3));
+        // u64::MAX bytes of which half went: the product would overflow a
+        // u64; the share is exact.
+        let mut s = Sent::default();
+        s.record(2, 1, u64::MAX);
+        assert_eq!(s.bytes, u64::MAX / 2);
+        // At the top every counter stays at u64::MAX.
+        let mut s = Sent {
+            packets: u64::MAX - 1,
+            bytes: u64::MAX - 1,
+            failed: u64::MAX - 1,
+        };
+        s.record(BATCH, BATCH / 2, 1 << 20);
+        s.failed(7);
+        assert_eq!(
+            (s.packets, s.bytes, s.failed),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
     }
 }
