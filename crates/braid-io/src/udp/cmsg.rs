@@ -20,7 +20,7 @@ pub fn arrival_time(msg: &libc::msghdr) -> Option<SystemTime> {
         // (`find` checked it is that long); read unaligned because
         // CMSG_DATA promises no alignment.
         let ts: libc::timespec = unsafe { std::ptr::read_unaligned(data.cast()) };
-        timespec_to_time(ts.tv_sec.into(), ts.tv_nsec.into())
+        timespec_to_time(ts.tv_sec, ts.tv_nsec)
     })
     .flatten()
 }
@@ -28,7 +28,7 @@ pub fn arrival_time(msg: &libc::msghdr) -> Option<SystemTime> {
 /// A wall-clock time from a timespec's fields; `None` for what no clock
 /// reading is (before 1970, nanoseconds outside 0..1e9, past what
 /// `SystemTime` holds), where plain casts and `+` would wrap or panic.
-fn timespec_to_time(sec: i64, nsec: i64) -> Option<SystemTime> {
+fn timespec_to_time(sec: libc::time_t, nsec: libc::c_long) -> Option<SystemTime> {
     let sec = u64::try_from(sec).ok()?;
     let nsec = u32::try_from(nsec).ok().filter(|&n| n < 1_000_000_000)?;
     SystemTime::UNIX_EPOCH.checked_add(Duration::new(sec, nsec))
