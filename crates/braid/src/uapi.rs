@@ -311,6 +311,8 @@ impl<R: BufRead> LineReader<'_, R> {
                 fatal(Errno::EPROTO, "unexpected end of input inside a request")
             });
         }
+        // n <= MAX_LINE_LEN + 1 and total <= MAX_REQUEST_LEN before this
+        // line (checked each time): the sum cannot overflow.
         self.total += n;
         if self.total > MAX_REQUEST_LEN {
             return Err(fatal(Errno::EPROTO, "request too large"));
