@@ -22,7 +22,8 @@ pub const LEARNED_PATH: &str = "learned";
 /// Index of a peer in the device's peer table.
 pub type PeerId = usize;
 
-/// Counters a peer keeps for `braid show`; all start at zero.
+/// Counters a peer keeps for `braid show`; all start at zero and saturate
+/// (a wrapped counter would read as a small one).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCounters {
     pub rx_bytes: u64,
@@ -112,10 +113,11 @@ impl Peer {
         counter: u64,
         len: usize,
     ) {
-        self.counters.replayed += 1;
+        self.counters.replayed = self.counters.replayed.saturating_add(1);
         if let Some(i) = self.find_path(line, src) {
-            self.paths[i].counters.rx_packets += 1;
-            self.paths[i].counters.rx_bytes += len as u64;
+            let c = &mut self.paths[i].counters;
+            c.rx_packets = c.rx_packets.saturating_add(1);
+            c.rx_bytes = c.rx_bytes.saturating_add(len as u64);
             if self.reorder_session == Some(receiver) {
                 self.reorder.note_duplicate(now, counter, i);
             }
@@ -273,7 +275,10 @@ impl Peer {
             hi = hi.max(d);
             jitter = jitter.max(p.rttvar);
         }
-        lo.map_or(std::time::Duration::ZERO, |l| hi - l + jitter)
+        // hi >= lo; saturating as both follow echoed timestamps.
+        lo.map_or(std::time::Duration::ZERO, |l| {
+            (hi - l).saturating_add(jitter)
+        })
     }
 
     /// Forgets learned paths that have been down for long.
@@ -292,7 +297,7 @@ impl Peer {
             if let Some(old) = self.staged.pop_front() {
                 self.spare_buffers.push(old);
             }
-            self.counters.staged_dropped += 1;
+            self.counters.staged_dropped = self.counters.staged_dropped.saturating_add(1);
         }
         let mut buf = self.spare_buffers.pop().unwrap_or_default();
         buf.clear();
@@ -366,11 +371,74 @@ impl Peer {
         self.handshake_attempts = 0;
         self.sent_lastminute_handshake = false;
         self.last_handshake = Some(wall);
-        self.counters.handshakes_completed += 1;
+        self.counters.handshakes_completed = self.counters.handshakes_completed.saturating_add(1);
     }
 
     pub fn on_session_derived(&mut self, now: Instant) {
         self.timers
             .set(Timer::ZeroKeyMaterial, now + REJECT_AFTER_TIME * 3);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
+mod tests {
+    use super::*;
+
+    fn peer() -> Peer {
+        Peer::new(&LocalStatic::new([1; 32]), [2; 32])
+    }
+
+    #[test]
+    fn path_skew_saturates_on_absurd_delays() {
+        let mut p = peer();
+        for i in 0..2u16 {
+            p.add_path("p", i, SocketAddr::from(([198, 18, 0, 1], 51820 + i)));
+            p.paths[usize::from(i)].state = PathState::Up;
+        }
+        // (case, srtt and jitter of each path): echoed timestamps may be
+        // anything.
+        let max = Duration::MAX;
+        let cases = [
+            (1, [(Duration::ZERO, max), (max, max)], max),
+            (2, [(max, Duration::ZERO), (max, max)], max),
+            (
+                3,
+                [(Duration::ZERO, Duration::ZERO), (max, Duration::ZERO)],
+                max / 2,
+            ),
+        ];
+        for (case, paths, want) in cases {
+            for (path, (srtt, rttvar)) in p.paths.iter_mut().zip(paths) {
+                path.srtt = Some(srtt);
+                path.rttvar = rttvar;
+            }
+            assert_eq!(p.path_skew(), want, "case {case}");
+        }
+    }
+
+    #[test]
+    fn counters_saturate() {
+        let now = Instant::now();
+        let mut p = peer();
+        let remote = SocketAddr::from(([198, 18, 0, 1], 51820));
+        p.set_endpoint(remote);
+        p.counters.replayed = u64::MAX;
+        p.counters.staged_dropped = u64::MAX;
+        p.counters.handshakes_completed = u64::MAX;
+        p.paths[0].counters.rx_packets = u64::MAX;
+        p.paths[0].counters.rx_bytes = u64::MAX - 1;
+        p.count_replay(now, 0, remote, 1, 1, 1500);
+        for _ in 0..=MAX_STAGED_PACKETS {
+            p.stage(&[0x45; 20]);
+        }
+        p.on_handshake_complete(SystemTime::UNIX_EPOCH);
+        let c = p.counters;
+        assert_eq!(
+            [c.replayed, c.staged_dropped, c.handshakes_completed],
+            [u64::MAX; 3]
+        );
+        let pc = p.paths[0].counters;
+        assert_eq!([pc.rx_packets, pc.rx_bytes], [u64::MAX; 2]);
     }
 }

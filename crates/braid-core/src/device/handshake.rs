@@ -46,7 +46,7 @@ impl Device {
         p.cookie.add_macs(now, &mut msg);
         p.handshake = Some(state);
         p.last_initiation_sent = Some(now);
-        p.counters.handshakes_initiated += 1;
+        p.counters.handshakes_initiated = p.counters.handshakes_initiated.saturating_add(1);
         p.on_authenticated_traversal(now);
         p.on_authenticated_sent();
         p.on_handshake_initiated(now, jitter);
@@ -79,30 +79,33 @@ impl Device {
         };
         match checker.verify(now, msg, src, under_load) {
             MacVerdict::Invalid => {
-                self.counters.invalid_mac += 1;
+                self.counters.invalid_mac = self.counters.invalid_mac.saturating_add(1);
                 return Admission::Drop;
             }
             MacVerdict::Mac1Only if under_load => {
                 let mut reply = [0u8; COOKIE_REPLY_LEN];
                 let checker = self.checker.as_mut().expect("checked above");
                 checker.create_reply(now, msg, src, sender_index, &mut self.rng, &mut reply);
-                self.counters.cookie_replies_sent += 1;
+                self.counters.cookie_replies_sent =
+                    self.counters.cookie_replies_sent.saturating_add(1);
                 self.queue_control(line, src, &reply);
                 return Admission::Drop;
             }
             MacVerdict::Mac1AndMac2
                 if under_load && self.source_limiter.allow(now, src.ip()) != Decision::Allowed =>
             {
-                self.counters.handshake_rate_limited += 1;
+                self.counters.handshake_rate_limited =
+                    self.counters.handshake_rate_limited.saturating_add(1);
                 return Admission::Drop;
             }
             _ => {}
         }
         if self.handshake_budget == 0 {
-            self.counters.handshake_over_budget += 1;
+            self.counters.handshake_over_budget =
+                self.counters.handshake_over_budget.saturating_add(1);
             return Admission::Drop;
         }
-        self.handshake_budget -= 1;
+        self.handshake_budget -= 1; // not 0: checked above
         Admission::Proceed
     }
 
@@ -121,11 +124,11 @@ impl Device {
             return;
         };
         let Ok(received) = noise::consume_initiation(local, msg) else {
-            self.counters.handshake_rejected += 1;
+            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
         };
         let Some(pid) = self.find_peer(&received.peer_public) else {
-            self.counters.handshake_rejected += 1;
+            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
         };
         let p = self.peers[pid].as_mut().expect("indexed peer exists");
@@ -135,7 +138,8 @@ impl Device {
             .last_initiation_consumed
             .is_some_and(|t| now.saturating_duration_since(t) < min_gap);
         if replayed || flood {
-            self.counters.handshake_flood_dropped += 1;
+            self.counters.handshake_flood_dropped =
+                self.counters.handshake_flood_dropped.saturating_add(1);
             return;
         }
         p.latest_timestamp = received.timestamp;
@@ -164,7 +168,7 @@ impl Device {
         }
         p.keypairs.install(kp, &mut dropped);
         p.authenticated_rx(now, line, src, msg.len());
-        p.counters.handshake_responses_sent += 1;
+        p.counters.handshake_responses_sent = p.counters.handshake_responses_sent.saturating_add(1);
         p.on_session_derived(now);
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
@@ -187,18 +191,18 @@ impl Device {
         }
         let receiver = messages::read_u32(msg, messages::response::RECEIVER);
         let Some(&IndexEntry::Handshake(pid)) = self.indices.get(&receiver) else {
-            self.counters.handshake_rejected += 1;
+            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
         };
         let (Some(local), Some(p)) = (self.local.as_ref(), self.peers[pid].as_mut()) else {
             return;
         };
         let Some(state) = p.handshake.as_ref().filter(|h| h.local_index == receiver) else {
-            self.counters.handshake_rejected += 1;
+            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
         };
         let Ok(keys) = noise::consume_response(state, local, &p.remote, msg) else {
-            self.counters.handshake_rejected += 1;
+            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
         };
         p.handshake = None;
@@ -208,7 +212,8 @@ impl Device {
         let mut dropped = std::mem::take(&mut self.scratch_indices);
         p.keypairs.install(kp, &mut dropped);
         p.authenticated_rx(now, line, src, msg.len());
-        let wall = self.wall_base + now.saturating_duration_since(self.mono_base);
+        let wall = self.wall_clock(now);
+        let p = self.peers[pid].as_mut().expect("checked above");
         p.on_handshake_complete(wall);
         p.on_session_derived(now);
         p.on_authenticated_received();
@@ -232,14 +237,17 @@ impl Device {
         let pid = match self.indices.get(&receiver) {
             Some(IndexEntry::Handshake(pid)) | Some(IndexEntry::Session(pid)) => *pid,
             None => {
-                self.counters.unknown_index += 1;
+                self.counters.unknown_index = self.counters.unknown_index.saturating_add(1);
                 return;
             }
         };
         if let Some(p) = self.peers[pid].as_mut() {
             match p.cookie.consume_reply(now, msg) {
-                Ok(()) => p.counters.cookie_replies_received += 1,
-                Err(_) => p.counters.auth_failed += 1,
+                Ok(()) => {
+                    p.counters.cookie_replies_received =
+                        p.counters.cookie_replies_received.saturating_add(1)
+                }
+                Err(_) => p.counters.auth_failed = p.counters.auth_failed.saturating_add(1),
             }
         }
     }

@@ -42,7 +42,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Device-wide counters of what was dropped and why (attacker-triggerable
-/// events are counted, never logged per packet).
+/// events are counted, never logged per packet). They saturate: a wrapped
+/// counter would read as a small one.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct DeviceCounters {
     /// Datagrams that are no WireGuard message (type/length mismatch).
@@ -488,6 +489,7 @@ impl Device {
                             .set(Timer::ZeroKeyMaterial, now + REJECT_AFTER_TIME * 3);
                     }
                 } else {
+                    // At most MAX_TIMER_HANDSHAKES + 1: past it, no retry.
                     p.handshake_attempts += 1;
                     self.initiate(now, pid, true);
                 }
@@ -620,8 +622,13 @@ impl Device {
         b
     }
 
+    /// The wall-clock time at `now`. The base comes from whoever made the
+    /// device; one within an uptime of the end of `SystemTime` would
+    /// overflow, and then time stands still at the base instead of a panic.
     pub fn wall_clock(&self, now: Instant) -> SystemTime {
-        self.wall_base + now.saturating_duration_since(self.mono_base)
+        self.wall_base
+            .checked_add(now.saturating_duration_since(self.mono_base))
+            .unwrap_or(self.wall_base)
     }
 
     fn timestamp(&self, now: Instant) -> noise::Timestamp {
@@ -634,7 +641,7 @@ impl Device {
 
     fn queue_control(&mut self, line: u16, dst: SocketAddr, msg: &[u8]) {
         if self.control.len() >= MAX_QUEUED_CONTROL {
-            self.counters.control_queue_full += 1;
+            self.counters.control_queue_full = self.counters.control_queue_full.saturating_add(1);
             return;
         }
         let mut c = Control {
@@ -654,10 +661,61 @@ impl Device {
             *start = now;
             *count = 0;
         }
-        *count += 1;
+        // Saturating: a flood within one second (or one `now`) counts on.
+        *count = count.saturating_add(1);
         if *count > UNDER_LOAD_HANDSHAKES_PER_SECOND {
             self.under_load_until = Some(now + UNDER_LOAD_AFTER);
         }
         self.under_load_until.is_some_and(|u| now < u)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
+mod tests {
+    use super::*;
+
+    /// The latest wall-clock time `checked_add` reaches.
+    fn end_of_wall_time() -> SystemTime {
+        let (mut lo, mut hi) = (0u64, u64::MAX);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if UNIX_EPOCH.checked_add(Duration::from_secs(mid)).is_some() {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        UNIX_EPOCH + Duration::from_secs(lo)
+    }
+
+    #[test]
+    fn a_wall_clock_at_the_end_of_time_stands_still() {
+        let now = Instant::now();
+        let wall = end_of_wall_time();
+        let d = Device::new(now, wall, [0; 32]);
+        let later = now + Duration::from_secs(3600);
+        assert_eq!(d.wall_clock(later), wall);
+        // TAI64N of the largest time there is does not overflow either.
+        let t = d.timestamp(later);
+        assert!(t > noise::tai64n(0, 0));
+        // An ordinary base moves with the monotonic clock.
+        let d = Device::new(now, UNIX_EPOCH, [0; 32]);
+        assert_eq!(d.wall_clock(later), UNIX_EPOCH + Duration::from_secs(3600));
+        assert_eq!(d.wall_clock(now - Duration::from_secs(1)), UNIX_EPOCH);
+    }
+
+    #[test]
+    fn handshake_count_saturates_and_stays_under_load() {
+        let now = Instant::now();
+        let mut d = Device::new(now, UNIX_EPOCH, [0; 32]);
+        d.handshake_window = (now, u32::MAX - 1);
+        assert!(d.under_load(now));
+        assert!(d.under_load(now));
+        assert_eq!(d.handshake_window.1, u32::MAX);
+        // A second later the window starts over.
+        let later = now + Duration::from_secs(2);
+        assert!(!d.under_load(later));
+        assert_eq!(d.handshake_window, (later, 1));
     }
 }

@@ -46,7 +46,8 @@ impl Device {
                 continue;
             };
             if self.pmtu_probes.len() >= MAX_QUEUED_PROBES {
-                self.counters.control_queue_full += 1;
+                self.counters.control_queue_full =
+                    self.counters.control_queue_full.saturating_add(1);
                 continue;
             }
             self.pmtu_probes.push_back(QueuedProbe {

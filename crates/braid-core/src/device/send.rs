@@ -16,7 +16,10 @@ const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPE
 
 /// WireGuard pads plaintext to a multiple of 16, but never beyond the MTU.
 fn padded_len(len: usize, mtu: usize) -> usize {
-    let rounded = len.div_ceil(PADDING_MULTIPLE) * PADDING_MULTIPLE;
+    // No multiple of 16 above a length within 15 of usize::MAX: no padding.
+    let rounded = len
+        .checked_next_multiple_of(PADDING_MULTIPLE)
+        .unwrap_or(len);
     rounded.min(mtu).max(len)
 }
 
@@ -59,7 +62,7 @@ impl Device {
             debug_assert_eq!(offset, HEADROOM, "TUN packets are read at HEADROOM");
             let packet = &buf[offset..offset + len];
             let Some(pid) = destination_peer(self, packet) else {
-                self.counters.no_route += 1;
+                self.counters.no_route = self.counters.no_route.saturating_add(1);
                 batch.consume(i);
                 continue;
             };
@@ -68,7 +71,7 @@ impl Device {
             let p = self.peers[pid].as_mut().expect("routed peer exists");
             match p.rate_limit.as_mut().map(|r| r.outbound.offer(now, packet)) {
                 Some(Verdict::Dropped) => {
-                    p.counters.rate_dropped_tx += 1;
+                    p.counters.rate_dropped_tx = p.counters.rate_dropped_tx.saturating_add(1);
                     batch.consume(i);
                     continue;
                 }
@@ -93,7 +96,7 @@ impl Device {
             if lz4 && p.lz4_session == Some(kp.local_index) {
                 if let Some(n) = self.lz4.compress_in_place(&mut buf[offset..], len) {
                     len = n;
-                    p.counters.compressed_tx += 1;
+                    p.counters.compressed_tx = p.counters.compressed_tx.saturating_add(1);
                 }
             }
             let datagram_len = kp.prepare_seal(buf, len, padded_len(len, mtu));
@@ -112,8 +115,8 @@ impl Device {
     /// Timers and counters after a data message left; may start a rekey.
     fn after_data_sent(&mut self, now: Instant, pid: PeerId, datagram_len: usize) {
         let p = self.peers[pid].as_mut().expect("caller checked");
-        p.counters.tx_bytes += datagram_len as u64;
-        p.counters.tx_packets += 1;
+        p.counters.tx_bytes = p.counters.tx_bytes.saturating_add(datagram_len as u64);
+        p.counters.tx_packets = p.counters.tx_packets.saturating_add(1);
         if !p.timers.is_set(crate::timers::Timer::NewHandshake) {
             let jitter = self.jitter();
             self.peers[pid]
@@ -160,8 +163,8 @@ impl Device {
         let kp = p.keypairs.current.as_mut().expect("checked above");
         let mut msg = [0u8; DATA_MIN_LEN];
         let len = kp.seal_in_place(&mut msg, 0, 0);
-        p.counters.keepalives_sent += 1;
-        p.counters.tx_bytes += len as u64;
+        p.counters.keepalives_sent = p.counters.keepalives_sent.saturating_add(1);
+        p.counters.tx_bytes = p.counters.tx_bytes.saturating_add(len as u64);
         p.on_authenticated_sent();
         p.on_authenticated_traversal(now);
         let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
@@ -203,7 +206,10 @@ impl Device {
                 // us back here when it completes. Shaped packets would wait
                 // longer than their queue allows: they go.
                 if let Some(r) = p.rate_limit.as_mut() {
-                    p.counters.rate_dropped_tx += r.outbound.clear() as u64;
+                    p.counters.rate_dropped_tx = p
+                        .counters
+                        .rate_dropped_tx
+                        .saturating_add(r.outbound.clear() as u64);
                 }
                 self.pending_flush.pop();
                 self.initiate(now, pid, false);
@@ -266,6 +272,12 @@ mod tests {
             (1420, 1420, 1420),
             (1415, 1416, 1416),
             (1500, 1420, 1500),
+            // Lengths at the top of usize neither overflow nor shrink.
+            (usize::MAX, usize::MAX, usize::MAX),
+            (usize::MAX - 3, usize::MAX, usize::MAX - 3),
+            (usize::MAX - 20, usize::MAX, usize::MAX - 15),
+            (usize::MAX, 1420, usize::MAX),
+            (0, 0, 0),
         ];
         for (i, (len, mtu, want)) in cases.into_iter().enumerate() {
             assert_eq!(padded_len(len, mtu), want, "case {i}");
