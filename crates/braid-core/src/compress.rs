@@ -100,16 +100,18 @@ impl Lz4 {
     /// shorter; returns the new length, or `None` (then `buf` is unchanged
     /// and the packet goes out as it is).
     pub fn compress_in_place(&mut self, buf: &mut [u8], len: usize) -> Option<usize> {
-        if !(MIN_COMPRESS_LEN..=MAX_PACKET).contains(&len) {
+        if !(MIN_COMPRESS_LEN..=MAX_PACKET).contains(&len) || len > buf.len() {
             return None;
         }
         let n = compress_into_with_table(&buf[..len], &mut self.scratch, &mut self.table).ok()?;
         // Less than one 16-byte padding block saved buys nothing on the
-        // wire and would cost the receiver a decompression.
+        // wire and would cost the receiver a decompression. (n is at most
+        // MAX_BLOCK: no overflow.)
         if HEADER_LEN + n + MIN_SAVING > len {
             return None;
         }
         buf[0] = MARKER;
+        // n < len <= MAX_PACKET: fits the u16.
         buf[1..HEADER_LEN].copy_from_slice(&(n as u16).to_le_bytes());
         buf[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&self.scratch[..n]);
         Some(HEADER_LEN + n)
@@ -124,9 +126,12 @@ impl Lz4 {
         len: usize,
         max_len: usize,
     ) -> Result<usize, DecompressError> {
-        if len < HEADER_LEN || buf[0] != MARKER {
+        // A claimed length beyond the buffer is the caller's mistake, but it
+        // must be refused rather than let the block's slice run past it.
+        if len < HEADER_LEN || len > buf.len() || buf[0] != MARKER {
             return Err(DecompressError::BadHeader);
         }
+        // Peer-supplied, at most 65 535: the sum cannot overflow.
         let block_len = usize::from(u16::from_le_bytes([buf[1], buf[2]]));
         if HEADER_LEN + block_len > len {
             return Err(DecompressError::BadHeader);
@@ -263,5 +268,33 @@ mod tests {
         );
         assert_eq!(CompressionPolicy::parse("lzo"), None);
         assert_eq!(CompressionPolicy::default().name(), "off");
+    }
+
+    #[test]
+    fn lengths_beyond_the_buffer_are_refused_not_a_panic() {
+        let mut lz4 = Lz4::new();
+        // (case, buffer, claimed length): the header's block length may
+        // claim anything up to 65 535, and the length passed in may exceed
+        // the buffer.
+        let mut block_max = vec![MARKER, 0xff, 0xff, 0];
+        block_max.resize(64, 0);
+        let cases: [(u8, Vec<u8>, usize); 4] = [
+            (1, vec![MARKER, 10, 0, 1, 2], 5000),
+            (2, vec![MARKER, 0xff, 0xff], usize::MAX),
+            (3, block_max.clone(), 64),
+            (4, block_max, 70_000),
+        ];
+        for (case, mut buf, len) in cases {
+            assert_eq!(
+                lz4.decompress_in_place(&mut buf, len, 1420),
+                Err(DecompressError::BadHeader),
+                "case {case}"
+            );
+        }
+        let text = b"GET /index.html HTTP/1.1\r\n".repeat(20);
+        let mut buf = text.clone();
+        assert_eq!(lz4.compress_in_place(&mut buf, text.len() + 1), None);
+        assert_eq!(lz4.compress_in_place(&mut buf, usize::MAX), None);
+        assert_eq!(buf, text);
     }
 }

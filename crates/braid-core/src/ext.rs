@@ -231,4 +231,57 @@ mod tests {
         assert_eq!(ExtMessage::decode(&buf[..n + 1]), None);
         assert_eq!(body.encode_probe(&mut buf[..1399]), None);
     }
+
+    #[test]
+    fn extreme_field_values_decode_exactly_or_not_at_all() {
+        // Every field at its limits round-trips; nothing here does
+        // arithmetic on them beyond `max` with the header length.
+        for v in [0u32, 1, u32::MAX - 1, u32::MAX] {
+            for m in [
+                ExtMessage::Probe(ProbeBody {
+                    path: u8::MAX,
+                    seq: v,
+                    sent_us: u64::from(v) << 32 | u64::from(v),
+                    rx_probes: !v,
+                }),
+                ExtMessage::PmtuAck(PmtuBody {
+                    path: u8::MAX,
+                    seq: v,
+                    size: u16::MAX,
+                }),
+            ] {
+                let mut buf = [0u8; MAX_PAYLOAD];
+                let n = m.encode(&mut buf);
+                assert_eq!(ExtMessage::decode(&buf[..n]), Some(m));
+            }
+        }
+        // A PMTU probe claiming a size below its own fields is as long as
+        // its fields; one claiming 65 535 bytes must be that long.
+        for (size, len, ok) in [
+            (0u16, PMTU_LEN, true),
+            (1, PMTU_LEN, true),
+            (PMTU_LEN as u16, PMTU_LEN, true),
+            (0, PMTU_LEN + 1, false),
+            (u16::MAX, usize::from(u16::MAX), true),
+            (u16::MAX, usize::from(u16::MAX) - 1, false),
+            (u16::MAX, MAX_PADDED_PAYLOAD, false),
+        ] {
+            let body = PmtuBody {
+                path: 0,
+                seq: u32::MAX,
+                size,
+            };
+            let mut buf = vec![0u8; len];
+            body.write(KIND_PMTU_PROBE, &mut buf);
+            let want = ok.then_some(ExtMessage::PmtuProbe(body));
+            assert_eq!(ExtMessage::decode(&buf), want, "size {size}, {len} bytes");
+        }
+        // Nobody pads a probe past the largest payload there is room for.
+        let body = PmtuBody {
+            path: 0,
+            seq: 0,
+            size: u16::MAX,
+        };
+        assert_eq!(body.encode_probe(&mut vec![0u8; MAX_PADDED_PAYLOAD]), None);
+    }
 }

@@ -96,6 +96,7 @@ pub fn clamp(packet: &mut [u8], max_mss: u16) -> bool {
             OPTION_NOP => at += 1,
             kind => {
                 let Some(&len) = tcp.get(at + 1) else { break };
+                // at < header_len <= 60 and len <= 255: the sum is small.
                 let len = usize::from(len);
                 if len < 2 || at + len > header_len {
                     break;
@@ -133,6 +134,7 @@ fn tcp_offset(packet: &[u8]) -> Option<usize> {
             if packet.len() < IPV6_HEADER || packet[6] != IPPROTO_TCP {
                 return None;
             }
+            // At most 40 + 65 535: no overflow whatever the packet claims.
             let payload = usize::from(u16::from_be_bytes([packet[4], packet[5]]));
             (IPV6_HEADER + payload <= packet.len()).then_some(IPV6_HEADER)
         }
