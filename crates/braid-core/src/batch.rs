@@ -78,11 +78,14 @@ impl PacketBatch {
     /// Allocates `capacity` slots of `stride` bytes each (the only allocation).
     pub fn new(capacity: usize, stride: usize) -> Self {
         assert!(capacity > 0 && stride > HEADROOM + TAILROOM);
-        let arena = capacity * stride;
+        // Checked so that a size that cannot exist fails here, in release
+        // builds too, rather than wrapping to a small arena.
+        let too_large = "batch arena larger than the address space";
+        let arena = capacity.checked_mul(stride).expect(too_large);
         let (data, base) = if arena >= HUGE_PAGE / 2 {
             // Room to start on a boundary and to end on one: the slack is
             // address space the kernel never backs unless it is touched.
-            let data = vec![0; arena + 2 * HUGE_PAGE];
+            let data = vec![0; arena.checked_add(2 * HUGE_PAGE).expect(too_large)];
             let base = (HUGE_PAGE - data.as_ptr() as usize % HUGE_PAGE) % HUGE_PAGE;
             (data, base)
         } else {
@@ -159,7 +162,9 @@ impl PacketBatch {
 
     /// Declares what slot `i` holds (on line 0 unless `set_line` says otherwise).
     pub fn set_packet(&mut self, i: usize, offset: usize, len: usize, addr: SocketAddr) {
-        assert!(offset + len <= self.stride);
+        // Written so that it cannot wrap: `offset + len` could, and then
+        // pass the check in a release build.
+        assert!(len <= self.stride && offset <= self.stride - len);
         self.slots[i] = Slot {
             offset,
             len,
@@ -273,15 +278,17 @@ pub struct SlotRange<'a> {
 impl<'a> SlotRange<'a> {
     /// The packet held in slot `i`, which must lie in this range.
     pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
-        let s = self.slots[i - self.first];
-        let start = (i - self.first) * self.stride + s.offset;
+        let k = i.checked_sub(self.first).expect("slot before the range");
+        let s = self.slots[k];
+        // k is a slot of the range and offset + len <= stride (set_packet).
+        let start = k * self.stride + s.offset;
         &mut self.data[start..start + s.len]
     }
 
     /// Splits into the slots before `at` and those from `at` on; `at` lies
     /// in the range or just past its end.
     pub fn split_at(self, at: usize) -> (SlotRange<'a>, SlotRange<'a>) {
-        let k = at - self.first;
+        let k = at.checked_sub(self.first).expect("split before the range");
         let (head_data, tail_data) = self.data.split_at_mut(k * self.stride);
         let (head_slots, tail_slots) = self.slots.split_at(k);
         (

@@ -37,6 +37,13 @@
 //! `note_duplicate` (unauthenticated copies) count as path progress only up
 //! to the highest counter the window has accepted.
 //!
+//! Any `u64` is a valid counter, though the replay check never lets one
+//! reach `REJECT_AFTER_MESSAGES`. Once `u64::MAX` is delivered the session
+//! has nothing left above it: every later packet is Under Window until
+//! [`reset`](ReorderWindow::reset) (`next` stays at `u64::MAX`). The
+//! counters saturate at `u64::MAX` instead of wrapping: a peer can make
+//! Lost grow by almost 2^64 in every session.
+//!
 //! # Hold
 //!
 //! `effective = min(max(skew + 2 × lateness + HOLD_MARGIN, MIN_HOLD), ceiling)`
@@ -132,6 +139,18 @@ const FRONTIER_MAX_STEP: Duration = Duration::from_millis(10);
 
 /// Given-up gaps remembered to measure how late their packets came.
 const GIVEN_UP_LEN: usize = 16;
+
+/// Largest `max_bytes` (and `max_packet`) a window uses: held and ready
+/// bytes together (at most twice `max_bytes`) plus one more packet then
+/// always fit in a `usize`.
+const MAX_BYTES_LIMIT: usize = usize::MAX / 4;
+
+/// Largest `max_packet`: a slot's length is stored as a u32.
+const MAX_PACKET_LIMIT: usize = if (u32::MAX as usize) < MAX_BYTES_LIMIT {
+    u32::MAX as usize
+} else {
+    MAX_BYTES_LIMIT
+};
 
 /// Sizes and the hold ceiling of a window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,8 +403,12 @@ impl SlotPool {
 #[derive(Debug)]
 pub struct ReorderWindow {
     cfg: ReorderConfig,
-    /// The next counter to deliver; `None` until the first packet.
+    /// The next counter to deliver; `None` until the first packet. It
+    /// stays at `u64::MAX` once that counter was delivered (`exhausted`).
     next: Option<u64>,
+    /// Counter `u64::MAX` was delivered: `next` would be 2^64, so every
+    /// counter is below the window until `reset`.
+    exhausted: bool,
     /// Highest counter delivered or held: the limit of what duplicates may
     /// tell about path progress.
     max_seen: Option<u64>,
@@ -413,14 +436,15 @@ pub struct ReorderWindow {
 impl ReorderWindow {
     /// An empty window. An invalid `cfg` (see [`ReorderConfig::validate`])
     /// is made valid: capacity at least 1, `max_bytes` at least
-    /// `max_packet`.
+    /// `max_packet`. Byte bounds above `usize::MAX / 4` are lowered to it.
     pub fn new(cfg: ReorderConfig) -> Self {
         let mut cfg = cfg;
         cfg.capacity = cfg.capacity.clamp(1, u32::MAX as usize / 2);
-        cfg.max_packet = cfg.max_packet.min(u32::MAX as usize);
-        cfg.max_bytes = cfg.max_bytes.max(cfg.max_packet);
+        cfg.max_packet = cfg.max_packet.min(MAX_PACKET_LIMIT);
+        cfg.max_bytes = cfg.max_bytes.clamp(cfg.max_packet, MAX_BYTES_LIMIT);
         ReorderWindow {
             next: None,
+            exhausted: false,
             max_seen: None,
             entries: VecDeque::new(),
             ready_len: 0,
@@ -471,7 +495,7 @@ impl ReorderWindow {
     /// path MTU discovery); never lowers it. Slots already made grow when
     /// they are next used, so held packets stay where they are.
     pub fn raise_max_packet(&mut self, max_packet: usize) {
-        let max_packet = max_packet.min(u32::MAX as usize);
+        let max_packet = max_packet.min(MAX_PACKET_LIMIT);
         if max_packet <= self.cfg.max_packet {
             return;
         }
@@ -485,7 +509,9 @@ impl ReorderWindow {
         self.pool.slots.len()
     }
 
-    /// The next counter to deliver, once a packet was seen.
+    /// The next counter to deliver, once a packet was seen. Still
+    /// `u64::MAX` after that counter was delivered, when every counter is
+    /// under the window.
     pub fn next_counter(&self) -> Option<u64> {
         self.next
     }
@@ -556,7 +582,7 @@ impl ReorderWindow {
         self.entries.is_empty()
             && match self.next {
                 None => true,
-                Some(next) => counter == next || self.is_off(),
+                Some(next) => (counter == next && !self.exhausted) || self.is_off(),
             }
     }
 
@@ -566,19 +592,19 @@ impl ReorderWindow {
         debug_assert!(self.passes_through(counter), "{counter} does not pass");
         self.reclaim_lent();
         let now = self.tick(now);
-        self.counters.accepted += 1;
+        self.counters.accepted = self.counters.accepted.saturating_add(1);
         self.max_seen = Some(self.max_seen.map_or(counter, |m| m.max(counter)));
         if self.is_off() {
-            self.next = Some(self.next.map_or(counter + 1, |n| n.max(counter + 1)));
+            self.move_past(counter);
             return;
         }
         let next = *self.next.get_or_insert(counter);
-        if counter >= next {
+        if counter >= next && !self.exhausted {
             // Only when misused (counter above next) does this give
             // anything up; it keeps the invariants either way.
             self.skip_to(now, counter);
             if self.next == Some(counter) {
-                self.next = Some(counter + 1);
+                self.move_past(counter);
                 self.release_run();
                 self.after_advance(now);
             }
@@ -613,17 +639,18 @@ impl ReorderWindow {
                 slot,
                 len: packet.len() as u32,
             });
+            // has_room (above) keeps both within twice the bounds.
             self.ready_len += 1;
             self.ready_bytes += packet.len();
-            self.counters.accepted += 1;
+            self.counters.accepted = self.counters.accepted.saturating_add(1);
             self.max_seen = Some(self.max_seen.map_or(counter, |m| m.max(counter)));
-            self.next = Some(self.next.map_or(counter + 1, |n| n.max(counter + 1)));
+            self.move_past(counter);
             return InsertOutcome::Ready;
         }
         self.expire(now);
         let next = *self.next.get_or_insert(counter);
-        let outcome = if counter < next {
-            self.counters.under_window += 1;
+        let outcome = if counter < next || self.exhausted {
+            self.counters.under_window = self.counters.under_window.saturating_add(1);
             if let Some(gap) = self
                 .given_up
                 .iter()
@@ -634,7 +661,7 @@ impl ReorderWindow {
             }
             InsertOutcome::UnderWindow
         } else if self.held_position(counter).is_ok() {
-            self.counters.duplicated += 1;
+            self.counters.duplicated = self.counters.duplicated.saturating_add(1);
             InsertOutcome::Duplicated
         } else {
             match self.store(now, counter, packet) {
@@ -652,6 +679,8 @@ impl ReorderWindow {
     fn store(&mut self, now: Instant, counter: u64, packet: &[u8]) -> Option<InsertOutcome> {
         let len = packet.len();
         // Rule 2: give up the oldest gaps below the packet until it fits.
+        // Held packets and bytes are within capacity and max_bytes (both
+        // far below their type's maximum), so the sums cannot overflow.
         while self.next.is_some_and(|n| counter > n)
             && (self.held_packets() + 1 > self.cfg.capacity
                 || self.held_bytes + len > self.cfg.max_bytes)
@@ -693,7 +722,7 @@ impl ReorderWindow {
             self.after_advance(now);
             Some(InsertOutcome::Ready)
         } else {
-            self.counters.buffered += 1;
+            self.counters.buffered = self.counters.buffered.saturating_add(1);
             Some(InsertOutcome::Buffered)
         }
     }
@@ -706,9 +735,9 @@ impl ReorderWindow {
         self.reclaim_lent();
         let now = self.tick(now);
         if self.held_position(counter).is_ok() {
-            self.counters.duplicated += 1;
+            self.counters.duplicated = self.counters.duplicated.saturating_add(1);
         } else {
-            self.counters.under_window += 1;
+            self.counters.under_window = self.counters.under_window.saturating_add(1);
         }
         if self.is_off() || self.max_seen.is_none_or(|m| counter > m) {
             return;
@@ -718,15 +747,17 @@ impl ReorderWindow {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) should run next: the
-    /// head gap's deadline, or earlier when it will be lost early.
+    /// head gap's deadline, or earlier when it will be lost early. None
+    /// with nothing held, or when neither time is one an Instant can hold
+    /// (a hold near `Duration::MAX`): that gap goes only when it is filled,
+    /// for room, or at a reset.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let now = self.now?;
         let head = self.entries.get(self.ready_len)?;
-        let deadline = head.since + self.hold_at(now);
-        Some(match self.early_loss_at(now) {
-            Some(early) => deadline.min(early),
-            None => deadline,
-        })
+        match (self.deadline(head, now), self.early_loss_at(now)) {
+            (Some(deadline), Some(early)) => Some(deadline.min(early)),
+            (deadline, early) => deadline.or(early),
+        }
     }
 
     /// Gives up the gaps that are due at `now`.
@@ -771,6 +802,7 @@ impl ReorderWindow {
         self.reclaim_lent();
         self.flush();
         self.next = None;
+        self.exhausted = false;
         self.max_seen = None;
         self.passed = 0;
         for p in &mut self.paths {
@@ -801,6 +833,9 @@ impl ReorderWindow {
     /// packets alone fit in half of it (rule 2), so only an undrained
     /// ready queue can fill the rest.
     fn has_room(&self, len: usize) -> bool {
+        // new() keeps capacity below u32::MAX / 2 and max_bytes (so the
+        // held and ready bytes, at most twice it, and len) below
+        // usize::MAX / 4: nothing here can overflow.
         self.entries.len() < 2 * self.cfg.capacity
             && self.held_bytes + self.ready_bytes + len <= 2 * self.cfg.max_bytes
     }
@@ -849,12 +884,17 @@ impl ReorderWindow {
         while next < to {
             match self.entries.get(self.ready_len) {
                 Some(e) if e.counter < to => {
-                    self.counters.lost += e.counter - next;
+                    // Held counters are at or above `next` (which only
+                    // passed released ones), and `e.counter < to <=
+                    // u64::MAX`, so neither operation can overflow. Lost
+                    // saturates: it adds up over sessions.
+                    let missing = e.counter - next;
+                    self.counters.lost = self.counters.lost.saturating_add(missing);
                     next = e.counter + 1;
                     self.release_head();
                 }
                 _ => {
-                    self.counters.lost += to - next;
+                    self.counters.lost = self.counters.lost.saturating_add(to - next);
                     next = to;
                 }
             }
@@ -866,32 +906,47 @@ impl ReorderWindow {
 
     /// Moves the lowest held entry to the ready queue.
     fn release_head(&mut self) {
+        // The entry's bytes are part of `held_bytes`; held and ready
+        // entries never exceed the pool's bounds.
         let len = self.entries[self.ready_len].len as usize;
         self.ready_len += 1;
         self.held_bytes -= len;
         self.ready_bytes += len;
-        self.counters.accepted += 1;
+        self.counters.accepted = self.counters.accepted.saturating_add(1);
+    }
+
+    /// Moves `next` past `counter`, which was just delivered (never back:
+    /// with the window off, counters come in any order).
+    fn move_past(&mut self, counter: u64) {
+        match counter.checked_add(1) {
+            Some(after) => self.next = Some(self.next.map_or(after, |n| n.max(after))),
+            None => {
+                self.next = Some(u64::MAX);
+                self.exhausted = true;
+            }
+        }
     }
 
     /// Releases the held run starting at `next`.
     fn release_run(&mut self) {
-        let Some(mut next) = self.next else { return };
-        while self
-            .entries
-            .get(self.ready_len)
-            .is_some_and(|e| e.counter == next)
-        {
+        while let Some(next) = self.next {
+            match self.entries.get(self.ready_len) {
+                Some(e) if e.counter == next => {}
+                _ => break,
+            }
             self.release_head();
-            next += 1;
+            // Past u64::MAX nothing can be held: the loop ends there.
+            self.move_past(next);
         }
-        self.next = Some(next);
     }
 
     /// Gives up every gap; everything held becomes ready.
     fn flush(&mut self) {
         if let (Some(last), Some(now)) = (self.entries.back(), self.now) {
             if self.held_packets() > 0 {
-                let (to, since) = (last.counter + 1, self.entries[self.ready_len].since);
+                // Up to the last held counter, not one past it (which may
+                // not exist): skip_to's release_run delivers the last one.
+                let (to, since) = (last.counter, self.entries[self.ready_len].since);
                 self.give_up(now, to, since);
             }
         }
@@ -942,16 +997,24 @@ impl ReorderWindow {
             mask &= mask - 1;
             let p = &self.paths[i];
             let (_, passed_at) = p.pass?;
-            let due = passed_at + p.slack.value(now) * SLACK_FACTOR;
+            // A due time past what an Instant can hold is never: that
+            // path does not let the gap go early.
+            let due = passed_at.checked_add(p.slack.value(now).saturating_mul(SLACK_FACTOR))?;
             at = Some(at.map_or(due, |a| a.max(due)));
         }
         at
     }
 
+    /// Rule 1's deadline of the gap below `head`; None when it lies past
+    /// what an Instant can hold (then it never comes).
+    fn deadline(&self, head: &Entry, now: Instant) -> Option<Instant> {
+        head.since.checked_add(self.hold_at(now))
+    }
+
     /// Gives up head gaps while they are due (rules 1 and 3).
     fn expire(&mut self, now: Instant) {
         while let Some(head) = self.entries.get(self.ready_len).copied() {
-            let due = head.since + self.hold_at(now) <= now
+            let due = self.deadline(&head, now).is_some_and(|d| d <= now)
                 || self.early_loss_at(now).is_some_and(|at| at <= now);
             if !due {
                 break;

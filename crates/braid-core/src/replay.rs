@@ -115,6 +115,9 @@ impl ReplayWindow {
     /// Makes `counter` (which is above the current highest) the new highest,
     /// zeroing the ring words it moves past: they still hold bits of
     /// counters a whole ring behind, which would otherwise read as "seen".
+    /// `counter` passed `in_range`, so it is below `REJECT_AFTER_MESSAGES`:
+    /// `counter + 1` and the word numbers + 1 cannot overflow, and the
+    /// cleared words end at `new_word + 1` at most.
     fn advance_to(&mut self, counter: u64) {
         let new_word = counter / BITS_PER_WORD;
         // The highest counter's own word only has bits at or below it set
@@ -297,6 +300,106 @@ mod tests {
             /* 7 */ (1, false),
             /* 8 */ (2, true),
         ]);
+    }
+
+    #[test]
+    fn first_counter_near_2_pow_60() {
+        let first = (1u64 << 60) - 1;
+        run_table(&[
+            /* 1 */ (first, true),
+            /* 2 */ (first, false),
+            /* 3 */ (first - W, true),
+            /* 4 */ (first - W - 1, false),
+            /* 5 */ (0, false),
+            /* 6 */ (first + 1, true),
+            /* 7 */ (first - W, false),
+            /* 8 */ (first + 1 - W, true),
+            // A ring further on: every bit slot is reused and reads unseen.
+            /* 9 */
+            (first + 1 + BITMAP_BITS, true),
+            /* 10 */ (first + 1 + BITMAP_BITS - W, true),
+            /* 11 */ (first + BITMAP_BITS - W, false),
+            /* 12 */ (first + 1, false),
+        ]);
+    }
+
+    #[test]
+    fn a_peer_that_only_counts_down() {
+        // From 2^60 − 1 down: the first stays the highest, so the counters
+        // up to WINDOW below it are fresh once and the rest are too old.
+        let first = (1u64 << 60) - 1;
+        let mut window = ReplayWindow::new();
+        for behind in 0..=W + 200 {
+            let counter = first - behind;
+            let fresh = behind <= W;
+            assert_eq!(window.check(counter), fresh, "{behind} behind");
+            assert_eq!(window.update(counter), fresh, "{behind} behind");
+            assert_eq!(window.highest(), Some(first));
+        }
+        for behind in 0..=W + 200 {
+            assert!(!window.update(first - behind), "{behind} behind again");
+        }
+    }
+
+    #[test]
+    fn a_peer_that_sends_every_other_counter() {
+        // Three rings' worth of even offsets from 2^60 − 1, then the odd
+        // ones late: fresh while within WINDOW of the highest, else too old.
+        let start = (1u64 << 60) - 1;
+        let sent = 3 * BITMAP_BITS;
+        let mut window = ReplayWindow::new();
+        for k in 0..sent {
+            assert!(window.update(start + 2 * k), "{k}");
+        }
+        let highest = start + 2 * (sent - 1);
+        assert_eq!(window.highest(), Some(highest));
+        let mut late_accepted = 0;
+        for k in 0..sent - 1 {
+            let counter = start + 2 * k + 1;
+            let fresh = highest - counter <= W;
+            assert_eq!(window.update(counter), fresh, "{counter}");
+            late_accepted += u64::from(fresh);
+        }
+        // Half the window's counters were skipped ones.
+        assert_eq!(late_accepted, W / 2);
+        for k in 0..sent {
+            assert!(!window.check(start + 2 * k), "{k} again");
+        }
+    }
+
+    #[test]
+    fn a_peer_that_jumps_far_every_time() {
+        // Forward by more than a ring (which wipes it: the counter exactly
+        // WINDOW behind the new highest reads unseen) or back by more than
+        // the window (too old), from 2^60 on; then the hard limit.
+        let mut rng = ChaCha8Rng::seed_from_u64(17);
+        let mut window = ReplayWindow::new();
+        let mut highest = (1u64 << 60) - 1;
+        assert!(window.update(highest));
+        for step in 0..2_000 {
+            let jump = BITMAP_BITS + rng.next_u64() % (1 << 50);
+            if rng.next_u64() % 4 == 0 {
+                let counter = highest.saturating_sub(W + jump);
+                assert!(!window.check(counter), "step {step}: {counter}");
+                assert!(!window.update(counter), "step {step}: {counter}");
+            } else {
+                let counter = highest + jump;
+                assert!(window.update(counter), "step {step}: {counter}");
+                assert!(!window.update(highest), "step {step}: old highest");
+                highest = counter;
+                assert!(window.update(counter - W), "step {step}: W behind");
+                assert!(!window.update(counter - W - 1), "step {step}");
+            }
+            assert_eq!(window.highest(), Some(highest), "step {step}");
+        }
+        assert!(highest < R - 1);
+        assert!(!window.update(u64::MAX));
+        assert!(!window.update(R));
+        assert!(window.update(R - 1));
+        assert!(!window.update(highest));
+        assert!(window.update(R - 1 - W));
+        assert!(!window.update(R - 2 - W));
+        assert_eq!(window.highest(), Some(R - 1));
     }
 
     #[test]

@@ -95,8 +95,7 @@ impl Keypair {
     /// padding. Returns the datagram length; [`DataKeys::seal`] on
     /// `buf[..that]` finishes the message.
     pub fn prepare_seal(&mut self, buf: &mut [u8], len: usize, padded: usize) -> usize {
-        let counter = self.send_counter;
-        self.send_counter += 1;
+        let counter = take_counter(&mut self.send_counter);
         let (cipher, remote) = (self.send_cipher, self.remote_index);
         cipher::write_data_header(buf, cipher, remote, counter, len, padded)
     }
@@ -136,6 +135,20 @@ impl Keypair {
     }
 }
 
+/// Hands out the next send counter. Senders check `is_valid` (counter below
+/// `REJECT_AFTER_MESSAGES`, session younger than `REJECT_AFTER_TIME`) before
+/// each burst of at most a batch, so the data counter never uses up the
+/// 2^13 counters above that limit, and the extension counter counts at most
+/// one session lifetime of messages. Checked all the same: wrapping would
+/// reuse a nonce, which must stop the sender, in release builds too.
+fn take_counter(counter: &mut u64) -> u64 {
+    let taken = *counter;
+    *counter = taken
+        .checked_add(1)
+        .expect("a session's send counter never reaches u64::MAX");
+    taken
+}
+
 fn ext_nonce(counter: u64) -> ring::aead::Nonce {
     let mut n = [0u8; 12];
     n[..4].copy_from_slice(&crate::ext::NONCE_PREFIX);
@@ -154,8 +167,7 @@ impl Keypair {
     /// `seal_ext` for a payload already at `DATA_HEADER_LEN` in `out` (a
     /// padded PMTU probe is built where it is sent from).
     pub fn seal_ext_in_place(&mut self, out: &mut [u8], payload_len: usize) -> usize {
-        let counter = self.ext_send_counter;
-        self.ext_send_counter += 1;
+        let counter = take_counter(&mut self.ext_send_counter);
         self.seal_ext_at(counter, payload_len, out)
     }
 

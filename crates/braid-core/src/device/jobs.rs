@@ -105,6 +105,9 @@ impl CryptoJobs {
         let mut jobs = &mut self.jobs[..];
         let mut packets = Some(batch.slot_range());
         (0..parts).map_while(move |k| {
+            // total is at most the batch's slot count and k < parts <=
+            // total, so the products stay below slots²; the boundaries
+            // increase with k, so the difference is never negative.
             let take = total * (k + 1) / parts - total * k / parts;
             let (mine, later) = std::mem::take(&mut jobs).split_at_mut(take);
             let next_slot = later.first().map(|j| j.slot);

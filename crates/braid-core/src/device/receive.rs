@@ -1,6 +1,9 @@
 //! The incoming path: datagrams become IP packets in place, after
 //! authentication, the replay check and the cryptokey-routing check of the
 //! inner source address.
+//!
+//! The statistics counted here saturate: what a peer sends drives them,
+//! and a wrapped counter would read as a small one.
 
 use super::jobs::Outcome;
 use super::{CryptoJobs, Device, IndexEntry};
@@ -121,7 +124,8 @@ impl Device {
                     batch.consume(i);
                 }
                 None => {
-                    self.counters.invalid_datagrams += 1;
+                    self.counters.invalid_datagrams =
+                        self.counters.invalid_datagrams.saturating_add(1);
                     batch.consume(i);
                 }
             }
@@ -145,7 +149,7 @@ impl Device {
                 }
                 Outcome::Failed | Outcome::Pending => {
                     if let Some(p) = self.peers[job.pid].as_mut() {
-                        p.counters.auth_failed += 1;
+                        p.counters.auth_failed = p.counters.auth_failed.saturating_add(1);
                     }
                     None
                 }
@@ -168,7 +172,7 @@ impl Device {
     ) -> Option<(PeerId, Arc<DataKeys>)> {
         let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
         let Some(&IndexEntry::Session(pid)) = self.indices.get(&receiver) else {
-            self.counters.unknown_index += 1;
+            self.counters.unknown_index = self.counters.unknown_index.saturating_add(1);
             return None;
         };
         let counter = messages::read_u64(datagram, messages::data::COUNTER);
@@ -211,8 +215,8 @@ impl Device {
             return None;
         }
         let at = p.authenticated_rx(now, line, src, wire_len);
-        p.paths[at].counters.first_arrivals += 1;
-        p.counters.rx_bytes += wire_len as u64;
+        p.paths[at].counters.first_arrivals = p.paths[at].counters.first_arrivals.saturating_add(1);
+        p.counters.rx_bytes = p.counters.rx_bytes.saturating_add(wire_len as u64);
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
         if slot == SlotName::Next {
@@ -223,7 +227,7 @@ impl Device {
         let restored = self.restore_compressed(pid, &mut buf[DATA_HEADER_LEN..], plain_len);
         let p = self.peers[pid].as_mut()?;
         let len = if plain_len == 0 {
-            p.counters.keepalives_received += 1;
+            p.counters.keepalives_received = p.counters.keepalives_received.saturating_add(1);
             0
         } else if let Some(plain_len) = restored {
             let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len];
@@ -240,21 +244,23 @@ impl Device {
                         .map(|r| r.inbound.offer(now, &plain[..len]))
                     {
                         Some(Verdict::Dropped) => {
-                            p.counters.rate_dropped_rx += 1;
+                            p.counters.rate_dropped_rx =
+                                p.counters.rate_dropped_rx.saturating_add(1);
                             0
                         }
                         Some(Verdict::Queued) => {
-                            p.counters.rx_packets += 1;
+                            p.counters.rx_packets = p.counters.rx_packets.saturating_add(1);
                             0
                         }
                         Some(Verdict::Pass) | None => {
-                            p.counters.rx_packets += 1;
+                            p.counters.rx_packets = p.counters.rx_packets.saturating_add(1);
                             len
                         }
                     }
                 }
                 None => {
-                    self.peers[pid].as_mut()?.counters.disallowed_source += 1;
+                    let c = &mut self.peers[pid].as_mut()?.counters.disallowed_source;
+                    *c = c.saturating_add(1);
                     0
                 }
             }
@@ -291,8 +297,8 @@ impl Device {
         };
         let p = self.peers[pid].as_mut()?;
         match restored {
-            Some(_) => p.counters.compressed_rx += 1,
-            None => p.counters.decompress_failed += 1,
+            Some(_) => p.counters.compressed_rx = p.counters.compressed_rx.saturating_add(1),
+            None => p.counters.decompress_failed = p.counters.decompress_failed.saturating_add(1),
         }
         restored
     }
@@ -350,7 +356,7 @@ impl Device {
             // (it still counts as Under Window): for TCP late beats lost.
             InsertOutcome::UnderWindow => true,
             InsertOutcome::ReadyFull => {
-                self.counters.reorder_overflow += 1;
+                self.counters.reorder_overflow = self.counters.reorder_overflow.saturating_add(1);
                 false
             }
             _ => {

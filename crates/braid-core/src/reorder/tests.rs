@@ -1,6 +1,7 @@
 //! The reorder window tested three ways (as Linux WireGuard tests its
 //! windows): a numbered case table, a property test against a deliberately
-//! naive model, and (in `tests/reorder_sim.rs`) the link simulator.
+//! naive model, and (in `tests/reorder_sim.rs`) the link simulator; then
+//! the extremes the first two never reach.
 
 use super::*;
 use proptest::prelude::*;
@@ -576,7 +577,8 @@ fn hold_adapts_to_lateness_and_skew() {
 /// the gap start recomputed as the earliest arrival above it, counters
 /// given up one by one, and early loss as "every live path has a counter
 /// above `next`" — exact for FIFO paths, whose slack stays zero. The hold
-/// is fixed by a ceiling at or below `MIN_HOLD`.
+/// is fixed by a ceiling at or below `MIN_HOLD`. The generated counters
+/// stay below 100 000, so its plain arithmetic cannot overflow.
 struct Model {
     hold: Duration,
     capacity: usize,
@@ -994,4 +996,405 @@ proptest! {
             prop_assert_eq!(w.held_packets(), 0);
         }
     }
+}
+
+// ----- 3. Extremes -----------------------------------------------------------
+//
+// Counters a peer may send that the tests above never reach: near 2^60 (the
+// fuzz harness's range), at u64::MAX (never from WireGuard, whose limit is
+// lower, but any u64 is valid for the window), sessions that each skip
+// almost 2^60, and peers that never send in order.
+
+const F60: u64 = (1 << 60) - 1;
+const MAX: u64 = u64::MAX;
+
+#[test]
+fn extreme_case_table() {
+    use Op::*;
+    let cfg = table_cfg;
+    let cases: Vec<(ReorderConfig, u8, Vec<Step>)> = vec![
+        // 1: a first packet at 2^60 − 1 starts the window there.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, F60, 0), &[F60], [1, 0, 0, 0, 0, 0]),
+                (P(100, F60 + 2, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, F60 - 1, 0), &[], [1, 1, 1, 0, 0, 1]),
+                (P(300, 0, 1), &[], [1, 2, 1, 0, 0, 1]),
+                (P(400, F60 + 1, 1), &[F60 + 1, F60 + 2], [3, 2, 1, 0, 0, 0]),
+                (P(500, F60 + 3, 0), &[F60 + 3], [4, 2, 1, 0, 0, 0]),
+            ],
+        ),
+        // 2: a first packet at u64::MAX is the last of its session: every
+        // packet after it, a copy or anything lower, is under the window.
+        (
+            cfg(),
+            0b11,
+            vec![
+                (P(0, MAX, 0), &[MAX], [1, 0, 0, 0, 0, 0]),
+                (P(100, MAX, 1), &[], [1, 1, 0, 0, 0, 0]),
+                (P(200, 0, 0), &[], [1, 2, 0, 0, 0, 0]),
+                (P(300, MAX - 1, 1), &[], [1, 3, 0, 0, 0, 0]),
+                (D(400, MAX, 0), &[], [1, 4, 0, 0, 0, 0]),
+                (Poll(NONE.0, NONE.1), &[], [1, 4, 0, 0, 0, 0]),
+            ],
+        ),
+        // 3: held up to u64::MAX, filled from the top.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, MAX - 3, 0), &[MAX - 3], [1, 0, 0, 0, 0, 0]),
+                (P(100, MAX, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, MAX - 1, 0), &[], [1, 0, 2, 0, 0, 2]),
+                (D(250, MAX, 1), &[], [1, 0, 2, 1, 0, 2]),
+                (
+                    P(300, MAX - 2, 0),
+                    &[MAX - 2, MAX - 1, MAX],
+                    [4, 0, 2, 1, 0, 0],
+                ),
+                (P(400, MAX, 1), &[], [4, 1, 2, 1, 0, 0]),
+                (Poll(NONE.0, NONE.1), &[], [4, 1, 2, 1, 0, 0]),
+            ],
+        ),
+        // 4: the gap below u64::MAX expires by the timer.
+        (
+            cfg(),
+            0,
+            vec![
+                (P(0, MAX - 2, 0), &[MAX - 2], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, MAX, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (Poll(11_000, 11_000), &[], [1, 0, 1, 0, 0, 1]),
+                (T(11_000), &[MAX], [2, 0, 1, 0, 1, 0]),
+                (P(11_100, MAX - 1, 0), &[], [2, 1, 1, 0, 1, 0]),
+            ],
+        ),
+        // 5: given up for room (capacity 2): the new packet below u64::MAX
+        // is then next and releases the run to the end.
+        (
+            ReorderConfig {
+                capacity: 2,
+                ..cfg()
+            },
+            0,
+            vec![
+                (P(0, MAX - 4, 0), &[MAX - 4], [1, 0, 0, 0, 0, 0]),
+                (P(100, MAX - 2, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, MAX, 0), &[], [1, 0, 2, 0, 0, 2]),
+                (
+                    P(300, MAX - 1, 0),
+                    &[MAX - 2, MAX - 1, MAX],
+                    [4, 0, 2, 0, 1, 0],
+                ),
+            ],
+        ),
+        // 6: given up early: the only live path passed it.
+        (
+            cfg(),
+            0b01,
+            vec![
+                (P(0, MAX - 2, 0), &[MAX - 2], [1, 0, 0, 0, 0, 0]),
+                (P(1_000, MAX, 0), &[MAX], [2, 0, 1, 0, 1, 0]),
+                (P(1_100, MAX - 1, 0), &[], [2, 1, 1, 0, 1, 0]),
+            ],
+        ),
+        // 7: a peer that counts down, in a gap and then below the window
+        // (capacity 4): 10 to 7 wait for 1; 6 does not fit, so 1–5 are
+        // given up and 6 releases the run; the rest are too late.
+        (
+            ReorderConfig {
+                capacity: 4,
+                ..cfg()
+            },
+            0,
+            vec![
+                (P(0, 0, 0), &[0], [1, 0, 0, 0, 0, 0]),
+                (P(100, 10, 0), &[], [1, 0, 1, 0, 0, 1]),
+                (P(200, 9, 1), &[], [1, 0, 2, 0, 0, 2]),
+                (P(300, 8, 0), &[], [1, 0, 3, 0, 0, 3]),
+                (P(400, 7, 1), &[], [1, 0, 4, 0, 0, 4]),
+                (P(500, 6, 0), &[6, 7, 8, 9, 10], [6, 0, 4, 0, 5, 0]),
+                (P(600, 5, 1), &[], [6, 1, 4, 0, 5, 0]),
+                (P(700, 4, 0), &[], [6, 2, 4, 0, 5, 0]),
+                (P(800, 1, 1), &[], [6, 3, 4, 0, 5, 0]),
+            ],
+        ),
+    ];
+    for (number, (cfg, live, steps)) in cases.into_iter().enumerate() {
+        run_case(number + 1, cfg, live, &steps);
+    }
+}
+
+/// The fuzz find (crash-b8d071b1…): sessions that each deliver a low
+/// counter, hold one close to 2^60 and then end (reset) or time out, so
+/// Lost grows by almost 2^60 a session and passed u64::MAX after 16. It
+/// saturates; everything else goes on counting.
+#[test]
+fn lost_saturates_over_sessions_that_each_skip_close_to_2_pow_60() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    let mut lost: u128 = 0;
+    for session in 0..40u64 {
+        let t = session * 20_000;
+        let low = session % 7 * 100;
+        assert_eq!(rx.packet(t, low, 0, 64), None, "session {session}");
+        assert_eq!(
+            rx.packet(t + 100, F60, 0, 64),
+            Some(InsertOutcome::Buffered),
+            "session {session}"
+        );
+        if session % 3 == 0 {
+            rx.tick(t + 10_100);
+        }
+        rx.w.reset();
+        rx.drain();
+        lost += u128::from(F60 - low - 1);
+        assert_eq!(rx.delivered[rx.delivered.len() - 2..], [low, F60]);
+        let c = rx.w.counters();
+        assert_eq!(
+            c.lost,
+            u64::try_from(lost).unwrap_or(u64::MAX),
+            "session {session}"
+        );
+        assert_eq!(c.accepted, 2 * (session + 1));
+        assert_eq!(c.buffered, session + 1);
+        assert_eq!(rx.w.next_counter(), None);
+    }
+    assert_eq!(rx.w.counters().lost, u64::MAX);
+}
+
+/// Each session skips from 0 to u64::MAX: Lost saturates in the second.
+#[test]
+fn sessions_that_each_end_at_u64_max_saturate_lost_and_start_afresh() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    for session in 0..3u64 {
+        let t = session * 1_000;
+        assert_eq!(rx.packet(t, 0, 0, 64), None);
+        assert_eq!(
+            rx.packet(t + 100, MAX, 0, 64),
+            Some(InsertOutcome::Buffered)
+        );
+        rx.w.reset();
+        rx.drain();
+        assert_eq!(rx.delivered[rx.delivered.len() - 2..], [0, MAX]);
+        let lost = if session == 0 { MAX - 1 } else { MAX };
+        assert_eq!(rx.w.counters().lost, lost);
+        assert_eq!(rx.w.counters().accepted, 2 * (session + 1));
+    }
+}
+
+#[test]
+fn u64_max_delivered_with_the_window_off_stays_the_end_when_it_turns_on() {
+    let mut rx = Rx::new(
+        ReorderConfig {
+            hold_ceiling: Duration::ZERO,
+            ..table_cfg()
+        },
+        0,
+    );
+    assert_eq!(rx.packet(0, MAX, 0, 64), None);
+    assert_eq!(rx.packet(100, 5, 0, 64), None);
+    assert_eq!(rx.w.next_counter(), Some(MAX));
+    rx.w.set_hold_ceiling(Duration::from_millis(10));
+    assert!(!rx.w.passes_through(MAX - 1));
+    assert_eq!(
+        rx.packet(200, MAX - 1, 0, 64),
+        Some(InsertOutcome::UnderWindow)
+    );
+    assert_eq!(rx.delivered, [MAX, 5]);
+    rx.w.reset();
+    assert_eq!(rx.packet(300, 7, 0, 64), None);
+    assert_eq!(rx.packet(400, 8, 0, 64), None);
+    assert_eq!(rx.delivered, [MAX, 5, 7, 8]);
+    assert_eq!(rx.w.counters().under_window, 1);
+}
+
+/// Only every other counter, on one FIFO line that is live: each gap is
+/// lost as soon as the line passed it, so every packet goes at once. The
+/// missing ones arriving afterwards are too late.
+#[test]
+fn every_other_counter_on_a_live_line_is_delivered_at_once() {
+    let mut rx = Rx::new(table_cfg(), 0b01);
+    let n = 1_000u64;
+    assert_eq!(rx.packet(0, F60 - 1, 0, 64), None);
+    for k in 1..=n {
+        rx.packet(k * 100, F60 - 1 + 2 * k, 0, 64);
+        assert_eq!(rx.w.held_packets(), 0, "after {k}");
+    }
+    for k in 1..=n {
+        let outcome = rx.packet((n + k) * 100, F60 - 2 + 2 * k, 0, 64);
+        assert_eq!(outcome, Some(InsertOutcome::UnderWindow));
+    }
+    let want: Vec<u64> = (0..=n).map(|k| F60 - 1 + 2 * k).collect();
+    assert_eq!(rx.delivered, want);
+    let c = rx.w.counters();
+    assert_eq!(
+        [c.accepted, c.under_window, c.buffered, c.duplicated, c.lost],
+        [n + 1, n, n, 0, n]
+    );
+}
+
+/// Only every other counter with no live line: capacity (8) bounds what
+/// waits, so from the ninth held packet on each arrival gives up the
+/// oldest gap and releases one packet; the timer releases the rest.
+#[test]
+fn every_other_counter_without_live_lines_is_bounded_by_capacity() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    let n = 500u64;
+    assert_eq!(rx.packet(0, 0, 0, 64), None);
+    for k in 1..=n {
+        rx.packet(k * 10, 2 * k, 0, 64);
+        let released = k.saturating_sub(8);
+        let want: Vec<u64> = (0..=released).map(|j| 2 * j).collect();
+        assert_eq!(rx.delivered, want, "after {}", 2 * k);
+        assert_eq!(rx.w.held_packets() as u64, k - released);
+        assert_eq!(rx.w.counters().lost, released);
+    }
+    rx.tick(n * 10 + 10_000);
+    let want: Vec<u64> = (0..=n).map(|j| 2 * j).collect();
+    assert_eq!(rx.delivered, want);
+    let c = rx.w.counters();
+    assert_eq!([c.accepted, c.buffered, c.lost], [n + 1, n, n]);
+    assert_eq!(rx.w.held_packets(), 0);
+}
+
+/// Big random jumps up and down, each packet 20 ms after the last (twice
+/// the 10 ms hold, so a held packet's gap is always given up before the
+/// next one arrives), sessions of 250 packets: delivery and counters are
+/// checked against the rules written out for that case, with `next` as a
+/// u128 so that "after u64::MAX" is exact.
+#[test]
+fn big_random_jumps_follow_the_rules() {
+    use rand_chacha::ChaCha8Rng;
+    use rand_core::{RngCore, SeedableRng};
+
+    for seed in 0..8 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut rx = Rx::new(table_cfg(), 0);
+        let mut want = ReorderCounters::default();
+        let mut lost: u128 = 0;
+        let mut delivered = Vec::new();
+        let mut next: Option<u128> = None;
+        let mut held: Option<u64> = None;
+        let mut last = F60;
+        for i in 0..2_000u64 {
+            let t = i * 20_000;
+            if i % 250 == 249 {
+                // The session ends: the held packet goes, its gap is lost.
+                if let (Some(h), Some(n)) = (held.take(), next) {
+                    lost += u128::from(h) - n;
+                    delivered.push(h);
+                    want.accepted += 1;
+                }
+                next = None;
+                rx.w.reset();
+                rx.drain();
+                last = F60;
+                continue;
+            }
+            // Jumps of every size from 1 to 2^64, mostly upward.
+            let size = rng.next_u64() >> (rng.next_u64() % 64);
+            let c = if rng.next_u64() % 3 == 0 {
+                last.saturating_sub(size)
+            } else {
+                last.saturating_add(size)
+            };
+            last = c;
+            let path = (rng.next_u64() % MAX_PATHS as u64) as usize;
+            // The held packet's gap is older than the hold: given up first.
+            if let (Some(h), Some(n)) = (held.take(), next) {
+                lost += u128::from(h) - n;
+                delivered.push(h);
+                want.accepted += 1;
+                next = Some(u128::from(h) + 1);
+            }
+            let n = *next.get_or_insert(u128::from(c));
+            if u128::from(c) < n {
+                want.under_window += 1;
+            } else if u128::from(c) == n {
+                delivered.push(c);
+                want.accepted += 1;
+                next = Some(n + 1);
+            } else {
+                held = Some(c);
+                want.buffered += 1;
+            }
+            rx.packet(t, c, path, 64);
+            want.lost = u64::try_from(lost).unwrap_or(u64::MAX);
+            assert_eq!(rx.w.counters(), want, "seed {seed}, packet {i}: {c}");
+            assert_eq!(rx.delivered, delivered, "seed {seed}, packet {i}: {c}");
+            let shown = next.map(|n| u64::try_from(n).unwrap_or(u64::MAX));
+            assert_eq!(rx.w.next_counter(), shown, "seed {seed}, packet {i}");
+        }
+    }
+}
+
+/// A hold too long for an Instant to hold its deadline (a ceiling and a
+/// skew of Duration::MAX): rule 1 never fires, so there is no timer, and
+/// the gap still goes when it is filled or for room.
+#[test]
+fn a_deadline_past_what_an_instant_holds_means_no_timer() {
+    let mut rx = Rx::new(
+        ReorderConfig {
+            hold_ceiling: Duration::MAX,
+            capacity: 2,
+            ..table_cfg()
+        },
+        0,
+    );
+    rx.w.set_path_skew(Duration::MAX);
+    assert_eq!(rx.w.effective_hold(), Duration::MAX);
+    assert_eq!(rx.packet(0, 0, 0, 64), None);
+    assert_eq!(rx.packet(100, 2, 0, 64), Some(InsertOutcome::Buffered));
+    assert_eq!(rx.w.poll_timeout(), None);
+    rx.tick(1_000_000_000_000);
+    assert_eq!(rx.w.held_packets(), 1);
+    assert_eq!(rx.packet(200, 1, 0, 64), Some(InsertOutcome::Ready));
+    assert_eq!(rx.packet(300, 5, 0, 64), Some(InsertOutcome::Buffered));
+    assert_eq!(rx.packet(400, 6, 0, 64), Some(InsertOutcome::Buffered));
+    // No room for 7: gap 3–4 is given up, 5 and 6 go, 7 is next.
+    assert_eq!(rx.packet(500, 7, 0, 64), Some(InsertOutcome::Ready));
+    assert_eq!(rx.delivered, [0, 1, 2, 5, 6, 7]);
+    assert_eq!(rx.w.counters().lost, 2);
+}
+
+/// A line whose slack is so large that "passed it 2 × slack ago" lies past
+/// what an Instant can hold: early loss waits for it forever, and the hold
+/// gives the gap up instead.
+#[test]
+fn a_slack_past_what_an_instant_holds_turns_early_loss_off() {
+    let t0 = origin();
+    // The farthest power of two seconds after t0 an Instant can hold: three
+    // times it cannot be held.
+    let far = (0..64)
+        .rev()
+        .map(|k| Duration::from_secs(1 << k))
+        .find(|&d| t0.checked_add(d).is_some())
+        .expect("an Instant holds t0 + 1 s");
+    assert!(t0.checked_add(far * 2).is_none());
+    let mut w = ReorderWindow::new(table_cfg());
+    w.set_live_paths(0b01);
+    w.delivered_in_place(t0, 0, 0);
+    // Path 0 passed gap 1 with no slack: it is lost at once.
+    assert_eq!(w.insert(t0, 2, 0, &packet(2, 64)), InsertOutcome::Buffered);
+    assert_eq!(w.drain_ready(|_| {}), 1);
+    // Counter 1 comes `far` after 2 on the same path: that is its slack.
+    let t1 = t0 + far;
+    assert_eq!(
+        w.insert(t1, 1, 0, &packet(1, 64)),
+        InsertOutcome::UnderWindow
+    );
+    assert_eq!(w.path_slack(0), far);
+    // The path passes gap 3 at t1, but t1 + 2 × far is no Instant.
+    assert_eq!(w.insert(t1, 4, 0, &packet(4, 64)), InsertOutcome::Buffered);
+    let hold = Duration::from_millis(10);
+    assert_eq!(w.poll_timeout(), Some(t1 + hold));
+    w.handle_timeout(t1 + hold - us(1));
+    assert_eq!(w.held_packets(), 1);
+    w.handle_timeout(t1 + hold);
+    let mut got = Vec::new();
+    w.drain_ready(|p| got.push(counter_of(p)));
+    assert_eq!(got, [4]);
+    let c = w.counters();
+    assert_eq!([c.accepted, c.under_window, c.lost], [3, 1, 2]);
 }
