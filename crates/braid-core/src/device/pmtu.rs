@@ -55,8 +55,9 @@ impl Device {
                 line: path.line,
                 remote: path.remote,
                 body: PmtuBody {
-                    path: i as u8,
+                    path: i as u8, // i < MAX_PATHS
                     seq: req.seq,
+                    // Sizes are at most MAX_PLPMTU; the cap (9216) fits u16.
                     size: req.size.min(MAX_PADDED_PAYLOAD) as u16,
                 },
             });
