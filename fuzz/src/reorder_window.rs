@@ -109,13 +109,23 @@ pub fn run(data: &[u8]) {
         let op = input.u8();
         match op % 8 {
             0..=3 => {
+                // Steps saturate: the window must take any u64, up to the
+                // session's last counter u64::MAX.
                 let counter = match op >> 5 {
-                    0..=2 => last + 1,
-                    3 => last + u64::from(input.u8() % 8),
+                    0..=2 => last.saturating_add(1),
+                    3 => last.saturating_add(u64::from(input.u8() % 8)),
                     4 => last.saturating_sub(u64::from(input.u8() % 8)),
-                    5 => last + u64::from(input.u16()),
+                    5 => last.saturating_add(u64::from(input.u16())),
                     6 => last,
-                    _ => input.u64() >> 4,
+                    _ => {
+                        // Anywhere, or (half the time) near the top.
+                        let c = input.u64();
+                        if input.bool() {
+                            u64::MAX - (c >> 48)
+                        } else {
+                            c >> 4
+                        }
+                    }
                 };
                 last = counter;
                 let path = input.u8() as usize % MAX_PATHS;
