@@ -104,6 +104,9 @@ pub fn write_header(b: &mut [u8], ty: u8) {
 }
 
 /// Byte range covered by mac1 and mac2 of a handshake message of `len` bytes.
+/// `len` is a whole handshake message, so at least the two macs: callers
+/// pass the fixed-size messages they built, or one whose length
+/// `CookieChecker::verify` checked first.
 pub fn mac1_range(len: usize) -> usize {
     len - 2 * MAC_LEN
 }

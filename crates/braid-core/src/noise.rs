@@ -257,7 +257,9 @@ pub fn tai64n(unix_secs: u64, nanos: u32) -> Timestamp {
     const TAI64_BASE: u64 = (1 << 62) + 10;
     const WHITENER: u32 = 1 << 24;
     let mut t = [0u8; 12];
-    t[..8].copy_from_slice(&(TAI64_BASE + unix_secs).to_be_bytes());
+    // Saturates: a clock 2^62 s past 1970 sends the largest timestamp (which
+    // the peer then keeps as its replay floor) rather than a wrapped small one.
+    t[..8].copy_from_slice(&TAI64_BASE.saturating_add(unix_secs).to_be_bytes());
     t[8..].copy_from_slice(&(nanos / WHITENER * WHITENER).to_be_bytes());
     t
 }

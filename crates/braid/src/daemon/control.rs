@@ -166,8 +166,8 @@ fn path_snapshot(path: &braid_core::path::Path) -> crate::uapi::PathSnapshot {
         tx_packets: c.tx_packets,
         tx_bytes: c.tx_bytes,
         first_arrivals: c.first_arrivals,
-        rtt_us: path.srtt.map(|d| d.as_micros() as u64),
-        jitter_us: path.srtt.map(|_| path.rttvar.as_micros() as u64),
+        rtt_us: path.srtt.map(micros),
+        jitter_us: path.srtt.map(|_| micros(path.rttvar)),
         loss: path.loss(),
         loss_out: path.forward_loss(),
         loss_in: path.reverse_loss(),
@@ -250,10 +250,7 @@ pub fn snapshot(
             ("duplicated".to_string(), r.duplicated),
             ("lost".to_string(), r.lost),
             ("reorder_held".to_string(), info.reorder_held as u64),
-            (
-                "reorder_hold_us".to_string(),
-                info.reorder_hold.as_micros() as u64,
-            ),
+            ("reorder_hold_us".to_string(), micros(info.reorder_hold)),
         ]);
         if let Some(rate) = info.rate_limit_bits {
             p.extra.extend([
@@ -278,4 +275,10 @@ pub fn snapshot(
         snap.peers.push(p);
     }
     snap
+}
+
+/// Microseconds for `braid show`, saturating: an absurd RTT or hold reads
+/// as u64::MAX instead of its low 64 bits.
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
