@@ -413,6 +413,10 @@ pub fn parse_rate(flag: &str, v: &str) -> Result<u64, String> {
     if r < 1.0 {
         return Err(format!("{flag}: {v:?} must be above 0"));
     }
+    // `as` would quietly turn a larger rate into u64::MAX bits/s.
+    if !r.is_finite() || r >= u64::MAX as f64 {
+        return Err(format!("{flag}: {v:?} is too large"));
+    }
     Ok(r as u64)
 }
 
@@ -467,6 +471,9 @@ pub fn parse_queue(flag: &str, v: &str) -> Result<QueueLimit, String> {
     let b = (x * bytes_per).round();
     if b < 1.0 {
         return Err(format!("{flag}: {v:?} must be above 0"));
+    }
+    if !b.is_finite() || b >= u64::MAX as f64 {
+        return Err(format!("{flag}: {v:?} is too large"));
     }
     Ok(QueueLimit::Bytes(b as u64))
 }
@@ -564,6 +571,11 @@ mod tests {
         assert_eq!(parse_rate("--r", "1gbit").unwrap(), 1_000_000_000);
         assert_eq!(parse_rate("--r", "10kbps").unwrap(), 80_000);
         assert!(parse_rate("--r", "10mbyte").is_err());
+        // Past u64: an error, not a rate silently capped at u64::MAX.
+        let e = parse_rate("--r", "99999999999999999999tbit").unwrap_err();
+        assert!(e.contains("--r") && e.contains("too large"), "{e}");
+        let e = parse_queue("--q", "99999999999999999999mb").unwrap_err();
+        assert!(e.contains("--q") && e.contains("too large"), "{e}");
         assert_eq!(parse_probability("--l", "1%").unwrap(), 0.01);
         assert_eq!(parse_probability("--l", "0.25").unwrap(), 0.25);
         assert!(parse_probability("--l", "150%").is_err());
