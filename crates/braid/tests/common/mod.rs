@@ -1384,16 +1384,51 @@ pub fn parse_ping(out: &str) -> Option<PingResult> {
     })
 }
 
-/// `ping -c COUNT -i 0.2 -W 2 DST` inside a namespace.
+/// `ping -c COUNT -i 0.2 DST` inside a namespace, see [`ping_counted`].
 pub fn ping(ns: &Netns, dst: &str, count: u32) -> PingResult {
-    let c = count.to_string();
-    let out = ns.run("ping", &["-n", "-c", &c, "-i", "0.2", "-W", "2", dst], LONG);
-    parse_ping(&out.stdout).unwrap_or(PingResult {
-        transmitted: 0,
-        received: 0,
-        loss_percent: 100.0,
+    ping_counted(ns, &["-i", "0.2"], dst, count)
+}
+
+/// `ping -c COUNT` with `extra` options (interval, family, size, …) to
+/// `dst` inside a namespace: `transmitted` is COUNT and `received` how many
+/// of those COUNT requests (icmp_seq 1..=COUNT) were answered.
+///
+/// With `-c` alone, ping waits for the last reply only twice the slowest
+/// round trip so far (or one interval) and calls it lost after that, so a
+/// reply held up for a moment on a busy machine would count as a loss. With
+/// `-w` it waits until COUNT replies are in (bounded by the deadline),
+/// sending further requests meanwhile; those are not counted here. A reply
+/// is lost only if it never comes while ping still listens.
+pub fn ping_counted(ns: &Netns, extra: &[&str], dst: &str, count: u32) -> PingResult {
+    let (c, w) = (count.to_string(), LONG.as_secs().to_string());
+    let args: Vec<&str> = ["-n", "-c", &c, "-w", &w]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .chain([dst])
+        .collect();
+    let out = ns.run("ping", &args, LONG + SHORT);
+    let answered = answered_seqs(&out.stdout);
+    let received = (1..=count).filter(|s| answered.contains(s)).count() as u32;
+    PingResult {
+        transmitted: count,
+        received,
+        loss_percent: 100.0 * (count - received) as f64 / count.max(1) as f64,
         output: out.describe(),
-    })
+    }
+}
+
+/// The icmp_seq of every echo reply ping printed (`… bytes from …`).
+pub fn answered_seqs(out: &str) -> std::collections::BTreeSet<u32> {
+    out.lines()
+        .filter(|l| l.contains(" bytes from "))
+        .filter_map(|l| {
+            let rest = &l[l.find("icmp_seq=")? + "icmp_seq=".len()..];
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 /// Ping once a second until one reply arrives (the first packet triggers the
@@ -1455,7 +1490,7 @@ pub fn iperf3(
         &t,
         "-J",
         "--connect-timeout",
-        "5000",
+        "20000",
     ];
     if reverse {
         args.push("-R");
