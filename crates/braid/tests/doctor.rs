@@ -228,7 +228,24 @@ fn doctor_pair(test: &str, stock: bool) {
         "peer handshake line:\n{text}"
     );
     let cipher = lines_for(text, &format!("peer {prefix}… cipher"));
-    assert!(cipher.len() == 1 && cipher[0].0 == "ok", "{text}");
+    assert_eq!(cipher.len(), 1, "{text}");
+    // "fastest here" is a 100 ms race of the two ciphers on this machine:
+    // under load it can go either way. The check must agree with its own
+    // finding (ok when the cipher in use won), and say nothing against a
+    // stock peer, which has no choice; which cipher won is printed.
+    let (level, finding) = cipher[0];
+    let named = |label: &str| {
+        finding
+            .split_once(label)
+            .map(|(_, r)| r.split(';').next().unwrap_or("").trim())
+            .unwrap_or_else(|| panic!("no `{label}` in the cipher line: {finding}"))
+    };
+    let (used, fastest) = (named("in use:"), named("fastest here:"));
+    eprintln!("[{test}] cipher in use {used}, fastest in doctor's race {fastest}: {level}");
+    assert!(
+        (level == "ok" || (level == "warn" && !stock && used != fastest)),
+        "{test}: cipher check {level} for {used} in use, {fastest} fastest:\n{text}"
+    );
     let kind = lines_for(text, &format!("peer {prefix}… kind"));
     if stock {
         assert!(
