@@ -8,9 +8,10 @@
 //! ```
 //!
 //! The upper bound is the property (the shaper cannot let more through than
-//! its rate plus one burst). The lower bound is loose on purpose: on a
-//! loaded machine a CPU-starved tunnel may carry less than the limit, and
-//! that is no failure of the limiter; it only shows traffic still flows.
+//! its rate plus one burst, and a slow machine only carries less). How
+//! much passed is printed; the only other verdict is that some did: a
+//! CPU-starved tunnel may carry far less than the limit, which is no
+//! failure of the limiter.
 
 mod common;
 
@@ -22,7 +23,6 @@ const LIMIT_MBIT: f64 = 50.0;
 /// IP bytes, so goodput sits below the limit. 10 % above it would mean the
 /// limit does not hold.
 const UPPER_MBIT: f64 = LIMIT_MBIT * 1.10;
-const LOWER_MBIT: f64 = 5.0;
 const SECS: u32 = 6;
 
 /// Runs `load` while pinging `dst` from `ns` every 200 ms; returns what
@@ -120,10 +120,7 @@ fn rate_limit_holds_in_both_directions() {
             rate <= UPPER_MBIT,
             "{direction} {rate:.1} Mbit/s is above the {LIMIT_MBIT} Mbit/s limit"
         );
-        assert!(
-            rate >= LOWER_MBIT,
-            "{direction} {rate:.1} Mbit/s: hardly anything passed"
-        );
+        assert!(rate > 0.0, "{direction}: nothing passed");
     }
     assert!(a.down().ok());
     assert!(b.down().ok());
