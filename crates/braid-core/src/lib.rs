@@ -24,3 +24,6 @@ pub mod replay;
 pub mod session;
 pub mod shaper;
 pub mod timers;
+
+#[cfg(test)]
+mod test_time;

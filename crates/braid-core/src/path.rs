@@ -402,27 +402,10 @@ fn aggregate_weights(paths: &[Path]) -> [f64; MAX_PATHS] {
 #[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
 mod tests {
     use super::*;
+    use crate::test_time::end_of_time;
 
     fn path() -> Path {
         Path::new("test", 0, "198.18.0.1:51820".parse().unwrap(), true)
-    }
-
-    /// The latest instant `checked_add` reaches from `t`.
-    fn end_of_time(t: Instant) -> Instant {
-        let latest = |step: fn(u64) -> Duration, from: Instant, max: u64| {
-            let (mut lo, mut hi) = (0u64, max);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if from.checked_add(step(mid)).is_some() {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            from + step(lo)
-        };
-        let secs = latest(Duration::from_secs, t, u64::MAX);
-        latest(Duration::from_nanos, secs, 999_999_999)
     }
 
     #[test]

@@ -320,6 +320,7 @@ pub fn format_rate(bits: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_time::end_of_time;
 
     const MBIT: u64 = 1_000_000;
 
@@ -573,24 +574,6 @@ mod tests {
             assert_eq!(format_rate(bits), s);
             assert_eq!(parse_rate(s), Ok(bits));
         }
-    }
-
-    /// The latest instant `checked_add` reaches from `t`.
-    fn end_of_time(t: Instant) -> Instant {
-        let latest = |step: fn(u64) -> Duration, from: Instant, max: u64| {
-            let (mut lo, mut hi) = (0u64, max);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if from.checked_add(step(mid)).is_some() {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            from + step(lo)
-        };
-        let secs = latest(Duration::from_secs, t, u64::MAX);
-        latest(Duration::from_nanos, secs, 999_999_999)
     }
 
     #[test]

@@ -260,24 +260,7 @@ fn echo_sent(base: Instant, sent_us: u64) -> Option<Instant> {
 #[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
 mod tests {
     use super::*;
-
-    /// The latest instant `checked_add` reaches from `t`.
-    fn end_of_time(t: Instant) -> Instant {
-        let latest = |step: fn(u64) -> Duration, from: Instant, max: u64| {
-            let (mut lo, mut hi) = (0u64, max);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if from.checked_add(step(mid)).is_some() {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
-                }
-            }
-            from + step(lo)
-        };
-        let secs = latest(Duration::from_secs, t, u64::MAX);
-        latest(Duration::from_nanos, secs, 999_999_999)
-    }
+    use crate::test_time::end_of_time;
 
     #[test]
     fn probe_timestamps_round_trip_and_absurd_echoes_are_refused() {
