@@ -17,6 +17,8 @@ mod traffic;
 
 use common::*;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use traffic::{SeqReport, TcpTransfer, TransferReport, UdpSequence};
 
@@ -262,21 +264,51 @@ fn rekeying_during_a_transfer() {
     let _b = up_with_env(&env, &nsb, &ifb, &cb, &knob);
     let _a = up_with_env(&env, &nsa, &ifa, &ca, &knob);
     assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
-    let before = peer_counter(&nsa, &ifa, "handshakes_completed")
-        + peer_counter(&nsb, &ifb, "handshakes_completed");
-    let (seq, tcp) = carry_through(&nsa, &nsb, x, 12, |_| {});
-    let after = peer_counter(&nsa, &ifa, "handshakes_completed")
-        + peer_counter(&nsb, &ifb, "handshakes_completed");
+    let handshakes = || {
+        peer_counter(&nsa, &ifa, "handshakes_completed")
+            + peer_counter(&nsb, &ifb, "handshakes_completed")
+    };
+    let before = handshakes();
+    // The transfer runs at least 12 s (about ten rekeys at one a second)
+    // and until two rekeys were seen; a slow machine only makes it longer.
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let most = Duration::from_secs(12) + REKEYS_WITHIN;
+    let seq = UdpSequence::start_until(
+        &nsa.name,
+        &nsb.name,
+        tunnel_b(x, 7001),
+        SEQ_RATE,
+        most,
+        stop.clone(),
+    );
+    let tcp = TcpTransfer::start_until(
+        &nsa.name,
+        &nsb.name,
+        tunnel_b(x, 7002),
+        TCP_RATE,
+        most,
+        stop.clone(),
+    );
+    let rekeyed = wait_until(REKEYS_WITHIN, || handshakes() >= before + 2);
+    sleep_until(start + Duration::from_secs(12));
+    stop.store(true, Ordering::SeqCst);
+    let (seq, tcp) = (seq.finish(), tcp.finish());
+    let after = handshakes();
     eprintln!(
-        "[{test}] handshakes completed during the transfer: {}",
-        after - before
+        "[{test}] handshakes completed during the transfer: {} in {:.1} s",
+        after - before,
+        start.elapsed().as_secs_f64()
     );
     judge(test, &nsa, x, &seq, &tcp);
     assert!(
-        after - before >= 2,
-        "expected rekeys during the transfer: {before} -> {after}"
+        rekeyed,
+        "expected rekeys during the transfer (1 s rekey timer, {REKEYS_WITHIN:?}): {before} -> {after}"
     );
 }
+
+/// How long the rekeying test waits for two rekeys (one a second expected).
+const REKEYS_WITHIN: Duration = Duration::from_secs(60);
 
 #[test]
 fn roaming_to_a_new_source_address() {

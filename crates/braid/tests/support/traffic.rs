@@ -81,11 +81,25 @@ impl std::fmt::Display for SeqReport {
 /// second for `duration`.
 pub struct UdpSequence {
     sender: JoinHandle<(u64, u64)>,
-    receiver: JoinHandle<SeqReport>,
+    receiver: JoinHandle<(SeqReport, Vec<bool>)>,
 }
 
 impl UdpSequence {
     pub fn start(tx_ns: &str, rx_ns: &str, dst: SocketAddr, rate: u32, duration: Duration) -> Self {
+        Self::start_until(tx_ns, rx_ns, dst, rate, duration, Default::default())
+    }
+
+    /// Like [`UdpSequence::start`], but the sender also stops as soon as
+    /// `stop` is set: `duration` is then the longest it runs.
+    #[allow(dead_code)] // not every test binary stops its traffic early
+    pub fn start_until(
+        tx_ns: &str,
+        rx_ns: &str,
+        dst: SocketAddr,
+        rate: u32,
+        duration: Duration,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
         let total = (rate as f64 * duration.as_secs_f64()) as u64;
         let sender_done = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -96,6 +110,20 @@ impl UdpSequence {
                 dst.port(),
             ))
             .expect("bind the sequence receiver");
+            // Room for seconds of the sequence, so a receiver thread that
+            // is not scheduled for a while loses nothing to its buffer.
+            let size: libc::c_int = 8 << 20;
+            // SAFETY: passes a live c_int and its size; failure only leaves
+            // the default buffer.
+            unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
             socket
                 .set_read_timeout(Some(Duration::from_millis(200)))
                 .unwrap();
@@ -110,8 +138,12 @@ impl UdpSequence {
             let socket = UdpSocket::bind("0.0.0.0:0").expect("bind the sequence sender");
             let start = Instant::now();
             let mut buf = [0u8; SEQ_PAYLOAD];
-            let mut errors = 0;
+            let (mut sent, mut errors) = (0, 0);
             for seq in 0..total {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                sent += 1;
                 let due = start + Duration::from_secs_f64(seq as f64 / rate as f64);
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
@@ -125,23 +157,28 @@ impl UdpSequence {
                 }
             }
             done.store(true, Ordering::SeqCst);
-            (total, errors)
+            (sent, errors)
         });
         UdpSequence { sender, receiver }
     }
 
     pub fn finish(self) -> SeqReport {
         let (sent, send_errors) = self.sender.join().expect("sequence sender panicked");
-        let mut report = self.receiver.join().expect("sequence receiver panicked");
+        let (mut report, seen) = self.receiver.join().expect("sequence receiver panicked");
         report.sent = sent;
         report.send_errors = send_errors;
+        report.missing = seen[..sent as usize].iter().filter(|s| !**s).count() as u64;
         report
     }
 }
 
 /// Receives until the sender is done and the line has been quiet for 2 s
-/// (bounded: at most 60 s after the sender is done).
-fn receive_sequence(socket: &UdpSocket, total: u64, sender_done: &AtomicBool) -> SeqReport {
+/// (bounded: at most 60 s after the sender is done); which datagrams came.
+fn receive_sequence(
+    socket: &UdpSocket,
+    total: u64,
+    sender_done: &AtomicBool,
+) -> (SeqReport, Vec<bool>) {
     let mut seen = vec![false; total as usize];
     let mut report = SeqReport::default();
     let mut highest: Option<u64> = None;
@@ -181,8 +218,7 @@ fn receive_sequence(socket: &UdpSocket, total: u64, sender_done: &AtomicBool) ->
         }
         highest = Some(highest.map_or(seq, |h| h.max(seq)));
     }
-    report.missing = seen.iter().filter(|s| !**s).count() as u64;
-    report
+    (report, seen)
 }
 
 #[derive(Debug, Clone)]
@@ -258,6 +294,27 @@ impl TcpTransfer {
         bytes_per_sec: u64,
         duration: Duration,
     ) -> Self {
+        Self::start_until(
+            tx_ns,
+            rx_ns,
+            dst,
+            bytes_per_sec,
+            duration,
+            Default::default(),
+        )
+    }
+
+    /// Like [`TcpTransfer::start`], but the sender also stops as soon as
+    /// `stop` is set: `duration` is then the longest it sends.
+    #[allow(dead_code)] // not every test binary stops its traffic early
+    pub fn start_until(
+        tx_ns: &str,
+        rx_ns: &str,
+        dst: SocketAddr,
+        bytes_per_sec: u64,
+        duration: Duration,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
         let (ready_tx, ready_rx) = mpsc::channel();
         let receiver = in_netns(rx_ns, move || {
             let listener = TcpListener::bind(SocketAddr::new(
@@ -314,7 +371,7 @@ impl TcpTransfer {
             let mut buf = vec![0u8; 32 * 1024];
             let start = Instant::now();
             let mut total = 0u64;
-            while start.elapsed() < duration {
+            while start.elapsed() < duration && !stop.load(Ordering::SeqCst) {
                 let due = start + Duration::from_secs_f64(total as f64 / bytes_per_sec as f64);
                 if let Some(wait) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
