@@ -463,17 +463,10 @@ fn paths(ns: &Netns, ifname: &str) -> Vec<PathInfo> {
         .unwrap_or_default()
 }
 
-/// `ping -4|-6 -c COUNT` inside a namespace.
+/// `ping -4|-6 -c COUNT` inside a namespace (replies counted as
+/// [`ping_counted`] counts them).
 fn ping_family(ns: &Netns, family: Family, dst: &str, count: u32) -> PingResult {
-    let c = count.to_string();
-    let args = [family.flag(), "-n", "-c", &c, "-i", "0.2", "-W", "2", dst];
-    let out = ns.run("ping", &args, LONG);
-    parse_ping(&out.stdout).unwrap_or(PingResult {
-        transmitted: 0,
-        received: 0,
-        loss_percent: 100.0,
-        output: out.describe(),
-    })
+    ping_counted(ns, &[family.flag(), "-i", "0.2"], dst, count)
 }
 
 fn sha256(env: &TestEnv, file: &std::path::Path) -> String {
@@ -505,11 +498,11 @@ fn tcp_transfer(env: &TestEnv, from: &Netns, to: &Netns, family: Family, dst: &s
     let (listen, connect) = match family {
         Family::V4 => (
             format!("TCP4-LISTEN:{TCP_PORT},bind={dst},reuseaddr"),
-            format!("TCP4:{dst}:{TCP_PORT},connect-timeout=5"),
+            format!("TCP4:{dst}:{TCP_PORT},connect-timeout=20"),
         ),
         Family::V6 => (
             format!("TCP6-LISTEN:{TCP_PORT},bind=[{dst}],reuseaddr"),
-            format!("TCP6:[{dst}]:{TCP_PORT},connect-timeout=5"),
+            format!("TCP6:[{dst}]:{TCP_PORT},connect-timeout=20"),
         ),
     };
     let mut server = to.cmd("socat");
