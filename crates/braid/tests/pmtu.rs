@@ -32,6 +32,9 @@ const INNER_LIMIT: u64 = 1368;
 /// A 1500-byte IPv4 line: 1500 − 20 − 8 − 32.
 const CLEAN: u64 = 1440;
 /// Discovery re-searches upwards after 30 s; room for that and the search.
+/// Every wait for a discovery result gets this long: a probe answered after
+/// its timeout on a busy machine makes a search settle low, and only the
+/// next search up corrects that.
 const RAISE_WAIT: Duration = Duration::from_secs(60);
 const TRANSFER_BYTES: usize = 4 << 20;
 
@@ -273,9 +276,9 @@ fn checked_transfer(
             "-u",
             &format!("OPEN:{}", src.display()),
             &if server_addr.contains(':') {
-                format!("TCP6:[{server_addr}]:{port},connect-timeout=5")
+                format!("TCP6:[{server_addr}]:{port},connect-timeout=20")
             } else {
-                format!("TCP:{server_addr}:{port},connect-timeout=5")
+                format!("TCP:{server_addr}:{port},connect-timeout=20")
             },
         ],
         Duration::from_secs(60),
@@ -317,27 +320,12 @@ fn diagnostics(t: &Topology, ifa: &str, ifb: &str) -> String {
     )
 }
 
-/// `ping -M do` (DF, no fragmentation) with `size` bytes of payload.
+/// `ping -M do` (DF, no fragmentation) with `size` bytes of payload: does
+/// any of 3 get an answer (waiting for it as [`ping_counted`] does; one
+/// too big for the local route fails at once)?
 fn ping_df(ns: &Netns, dst: &str, size: u32) -> bool {
-    ns.run(
-        "ping",
-        &[
-            "-n",
-            "-c",
-            "3",
-            "-i",
-            "0.2",
-            "-W",
-            "2",
-            "-M",
-            "do",
-            "-s",
-            &size.to_string(),
-            dst,
-        ],
-        SHORT,
-    )
-    .ok()
+    let size = size.to_string();
+    ping_counted(ns, &["-i", "0.2", "-M", "do", "-s", &size], dst, 3).received > 0
 }
 
 #[test]
@@ -375,7 +363,7 @@ fn black_hole_is_found_tunnel_mtu_follows_and_tcp_flows() {
     );
 
     // A clean 1500-byte line: search up from WireGuard's 1420.
-    wait_for(&t.nsa, &ifa, LONG, "search up on a clean line", |s| {
+    wait_for(&t.nsa, &ifa, RAISE_WAIT, "search up on a clean line", |s| {
         s.state == "complete" && s.mtu == CLEAN && s.tunnel_mtu == CLEAN
     });
     eprintln!(
@@ -392,11 +380,11 @@ fn black_hole_is_found_tunnel_mtu_follows_and_tcp_flows() {
     drop(line);
     line = relay(&env, &t, Some(LIMIT), "netem-mtu.log");
     let swapped = Instant::now();
-    let detected = wait_for(&t.nsa, &ifa, LONG, "black hole detected", |s| {
+    let detected = wait_for(&t.nsa, &ifa, RAISE_WAIT, "black hole detected", |s| {
         s.black_holes >= 1
     });
     let at_detection = seen(&t.nsa, &ifa).tunnel_mtu;
-    let recovered = wait_for(&t.nsa, &ifa, LONG, "recovered below the limit", |s| {
+    let recovered = wait_for(&t.nsa, &ifa, RAISE_WAIT, "recovered below the limit", |s| {
         s.state == "complete" && s.mtu == INNER_LIMIT && s.tunnel_mtu == INNER_LIMIT
     });
     eprintln!(
@@ -405,9 +393,13 @@ fn black_hole_is_found_tunnel_mtu_follows_and_tcp_flows() {
         swapped.elapsed()
     );
     let _ = recovered;
-    wait_for(&t.nsb, &ifb, LONG, "B's side finds the limit too", |s| {
-        s.mtu == INNER_LIMIT && s.tunnel_mtu == INNER_LIMIT
-    });
+    wait_for(
+        &t.nsb,
+        &ifb,
+        RAISE_WAIT,
+        "B's side finds the limit too",
+        |s| s.mtu == INNER_LIMIT && s.tunnel_mtu == INNER_LIMIT,
+    );
     assert!(
         ping_df(&t.nsa, &tb, INNER_LIMIT as u32 - 28),
         "DF ping of {INNER_LIMIT}"
@@ -494,7 +486,7 @@ fn router_case(test: &str, lines: &[&str], mtu: Option<u32>, expect_answers: boo
     a.assert_up();
     let tb = format!("198.19.{}.2", t.x);
     assert!(ping_until_reply(&nsh, &tb, LONG), "LAN host reaches B");
-    let found = wait_for(&t.nsa, &ifa, LONG, "the limit found", |s| {
+    let found = wait_for(&t.nsa, &ifa, RAISE_WAIT, "the limit found", |s| {
         s.state == "complete" && s.mtu == INNER_LIMIT
     });
     eprintln!("[{test}] {INNER_LIMIT} found {found:?} after the first reply");
