@@ -79,7 +79,7 @@ fn transfer(
         &t,
         "-J",
         "--connect-timeout",
-        "5000",
+        "20000",
     ];
     if repeating {
         args.push("--repeating-payload");
