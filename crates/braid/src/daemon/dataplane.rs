@@ -33,6 +33,7 @@
 //! sending is bulk; otherwise the main thread watches it next to the
 //! lines (see [`run_outbound`]).
 
+use super::batch::data_plane_batch;
 use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
 use crate::config::MssFix;
@@ -101,8 +102,8 @@ impl Scratch {
         parts_handed_out: Arc<AtomicU64>,
     ) -> std::io::Result<Scratch> {
         Ok(Scratch {
-            batch: super::data_plane_batch(),
-            control: super::data_plane_batch(),
+            batch: data_plane_batch(),
+            control: data_plane_batch(),
             jobs: CryptoJobs::new(),
             helpers: CryptoHelpers::new(helpers, name, parts_handed_out)?,
         })

@@ -17,6 +17,8 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
+use super::hooks::run_hooks;
+
 /// Messages from the daemon, one byte each.
 const SOCKET_CREATED: u8 = b'S';
 const UP: u8 = b'U';
@@ -114,7 +116,7 @@ fn guard(mut link: UnixStream, duties: &Duties) -> ! {
             SOCKET_CREATED => socket_id = file_id(&duties.socket),
             UP => up = true,
             PRE_DOWN => {
-                if let Err(e) = super::run_hooks(name, &duties.pre_down) {
+                if let Err(e) = run_hooks(name, &duties.pre_down) {
                     eprintln!("braid[{name}]: {e}");
                 }
                 let _ = link.write_all(&[PRE_DOWN_DONE]);
@@ -123,7 +125,7 @@ fn guard(mut link: UnixStream, duties: &Duties) -> ! {
         }
     }
     if up {
-        if let Err(e) = super::run_hooks(name, &duties.post_down) {
+        if let Err(e) = run_hooks(name, &duties.post_down) {
             eprintln!("braid[{name}]: {e}");
         }
     }

@@ -13,10 +13,12 @@
 //! every I/O call moves a batch.
 
 pub mod background;
+pub mod batch;
 pub mod control;
 pub mod crypto_helpers;
 pub mod dataplane;
 pub mod guardian;
+pub mod hooks;
 pub mod lines;
 pub mod pmtu;
 pub mod privilege;
@@ -26,37 +28,23 @@ pub mod tcp_lines;
 use crate::config::{Config, MssFix, Transport};
 use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
 use background::ReadyPipe;
+use batch::{data_plane_batch, BATCH, MAX_MTU};
 use braid_core::batch::PacketBatch;
 use braid_core::device::Device;
 use braid_io::{netcfg, poll, Interest, Tun, UdpSocket, Waker};
 use control::{InterfaceState, Pending};
 use dataplane::Shared;
+use hooks::run_hooks;
 use std::os::fd::AsRawFd;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-/// Packets per I/O batch (as wireguard-go).
-const BATCH: usize = 128;
-/// Bytes per batch slot: room for a jumbo-frame MTU plus WireGuard overhead.
-const SLOT_BYTES: usize = 9 * 1024 + 256;
 /// Received batches one readable line gets before timers, requests and
 /// the other lines have their turn (each batch spends at most
 /// `MAX_HANDSHAKES_PER_BATCH` on handshakes).
 const RECV_BATCHES_PER_WAKE: usize = 8;
 
-/// A batch of the data plane, on huge pages where the kernel has them: in
-/// alternating one-stream runs that took 3–4 % off the CPU per GB.
-fn data_plane_batch() -> PacketBatch {
-    let mut batch = PacketBatch::new(BATCH, SLOT_BYTES);
-    // Only advice: without huge pages the batch works as well, a little
-    // slower.
-    let _ = braid_io::advise_huge_pages(batch.huge_page_region());
-    batch
-}
-
-/// Largest MTU a slot can carry.
-pub const MAX_MTU: u32 = 9000;
 /// How often housekeeping (link still there? MTU changed?) runs.
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
 /// How often the TUN MTU and the too-big limit are brought in line with
@@ -118,23 +106,6 @@ pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
         set.peers.push(u);
     }
     Ok(set)
-}
-
-/// Runs wg-quick style hooks (`%i` is the interface name).
-fn run_hooks(name: &str, hooks: &[String]) -> std::io::Result<()> {
-    for hook in hooks {
-        let cmd = hook.replace("%i", name);
-        let status = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(&cmd)
-            .status()?;
-        if !status.success() {
-            return Err(std::io::Error::other(format!(
-                "hook `{cmd}` failed with {status}"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// Creates the interface, configures it and runs the event loop until a

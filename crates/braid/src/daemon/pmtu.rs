@@ -9,6 +9,7 @@
 //!   needed" / ICMPv6 "packet too big" written back to the TUN, at a
 //!   bounded rate, instead of vanishing.
 
+use super::batch::MAX_MTU;
 use super::dataplane::Shared;
 use crate::config::Bind;
 use braid_core::batch::{PacketBatch, HEADROOM};
@@ -149,7 +150,7 @@ pub fn follow(shared: &Shared, name: &str) {
 /// cast, so a target above u32::MAX becomes MAX_MTU rather than whatever
 /// its low 32 bits say.
 fn capped_mtu(target: usize) -> u32 {
-    target.min(super::MAX_MTU as usize) as u32
+    target.min(MAX_MTU as usize) as u32
 }
 
 /// Tells each path's search how big its local line allows (every few
@@ -258,13 +259,10 @@ mod tests {
     #[test]
     fn mtu_targets_are_capped_before_the_cast() {
         assert_eq!(capped_mtu(1420), 1420);
-        assert_eq!(
-            capped_mtu(super::super::MAX_MTU as usize + 1),
-            super::super::MAX_MTU
-        );
+        assert_eq!(capped_mtu(MAX_MTU as usize + 1), MAX_MTU);
         // Its low 32 bits say 100: truncated, the tunnel MTU would be 100.
-        assert_eq!(capped_mtu((1 << 32) + 100), super::super::MAX_MTU);
-        assert_eq!(capped_mtu(usize::MAX), super::super::MAX_MTU);
+        assert_eq!(capped_mtu((1 << 32) + 100), MAX_MTU);
+        assert_eq!(capped_mtu(usize::MAX), MAX_MTU);
     }
 
     #[test]
