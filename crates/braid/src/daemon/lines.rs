@@ -2,10 +2,11 @@
 //! what stock WireGuard peers talk to); every distinct `bind=` of a `Path`
 //! line gets a socket of its own, tied to its interface so the datagrams
 //! leave through that line whatever the routing table prefers. TCP lines
-//! (`tcp_lines`) join the same list and are driven the same way.
+//! (opened by `tcp_lines`) join the same list; each entry is a [`Line`],
+//! UDP or TCP, driven the same way.
 
-use super::tcp_lines::{self, Line};
-use crate::config::{Bind, Config};
+use super::line::Line;
+use crate::config::Bind;
 use braid_core::batch::PacketBatch;
 use braid_io::UdpSocket;
 use std::io;
@@ -137,20 +138,6 @@ fn describe(bind: &Bind) -> String {
         Bind::Interface(dev) => dev.clone(),
         Bind::Address(a) => a.to_string(),
     }
-}
-
-/// Opens the lines a config's `Path =` entries need; returns, per peer and
-/// path, the line index to use.
-pub fn open_for(lines: &mut Lines, cfg: &Config) -> io::Result<Vec<Vec<u16>>> {
-    cfg.peers
-        .iter()
-        .map(|peer| {
-            peer.paths
-                .iter()
-                .map(|p| tcp_lines::path_line(lines, peer, p))
-                .collect()
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ pub mod crypto_helpers;
 pub mod dataplane;
 pub mod guardian;
 pub mod hooks;
+pub mod line;
 pub mod lines;
 pub mod pmtu;
 pub mod privilege;
@@ -318,7 +319,7 @@ fn apply_multipath(
     lines: &mut lines::Lines,
     cfg: &Config,
 ) -> std::io::Result<()> {
-    let line_ids = lines::open_for(lines, cfg)?;
+    let line_ids = tcp_lines::open_for(lines, cfg)?;
     for (peer, path_lines) in cfg.peers.iter().zip(line_ids) {
         let Some(pid) = device.find_peer(peer.public_key.as_bytes()) else {
             continue;

@@ -1,5 +1,5 @@
-//! TCP transport in the daemon: which TCP lines a config needs and how a
-//! line, UDP or TCP, is driven.
+//! TCP transport in the daemon: which TCP lines a config needs, and which
+//! line each path of a config takes.
 //!
 //! A peer with `Transport = tcp` reaches its `Endpoint` (and its paths
 //! without a `transport=` of their own) over TCP; a `Path = … transport=tcp`
@@ -9,83 +9,14 @@
 //! that port: one listening line for all peers, whose datagrams the core
 //! attributes to a peer by authenticating them, exactly as for UDP.
 
+use super::line::{Line, TcpRole};
 use super::lines::Lines;
 use crate::config::{Bind, Config, PathConfig, PeerConfig, Transport};
-use braid_core::batch::PacketBatch;
 use braid_core::device::Device;
 use braid_core::peer::{PeerId, ENDPOINT_PATH};
-use braid_io::{TcpLine, UdpSocket};
+use braid_io::TcpLine;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
-
-/// What a TCP line is for, so that paths sharing it find it again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TcpRole {
-    Listen,
-    Connect(Option<Bind>, SocketAddr),
-}
-
-/// One local line of the interface.
-pub enum Line {
-    Udp(UdpSocket),
-    Tcp(TcpRole, TcpLine),
-}
-
-impl Line {
-    /// The descriptor that is readable when [`recv`](Self::recv) has work.
-    pub fn poll_fd(&self) -> RawFd {
-        match self {
-            Line::Udp(s) => s.as_raw_fd(),
-            Line::Tcp(_, t) => t.as_raw_fd(),
-        }
-    }
-
-    /// Datagrams already in user space that no poll will report.
-    pub fn has_pending(&self) -> bool {
-        match self {
-            Line::Udp(s) => s.has_pending(),
-            Line::Tcp(_, t) => t.has_pending(),
-        }
-    }
-
-    /// Receives one batch, each datagram tagged with `line`.
-    pub fn recv(&self, line: u16, batch: &mut PacketBatch) -> io::Result<usize> {
-        match self {
-            Line::Udp(s) => {
-                let n = s.recv_batch(batch)?;
-                if line != 0 {
-                    for i in 0..n {
-                        batch.set_line(i, line);
-                    }
-                }
-                Ok(n)
-            }
-            Line::Tcp(_, t) => t.recv_batch(batch, line),
-        }
-    }
-
-    pub fn send(&self, line: u16, batch: &PacketBatch) -> io::Result<usize> {
-        match self {
-            Line::Udp(s) => s.send_batch_on_line(batch, line),
-            Line::Tcp(_, t) => t.send_batch_on_line(batch, line),
-        }
-    }
-
-    pub fn dropped(&self) -> u64 {
-        match self {
-            Line::Udp(s) => s.dropped(),
-            Line::Tcp(_, t) => t.dropped(),
-        }
-    }
-
-    pub fn udp(&self) -> Option<&UdpSocket> {
-        match self {
-            Line::Udp(s) => Some(s),
-            Line::Tcp(..) => None,
-        }
-    }
-}
 
 fn uses_tcp(peer: &PeerConfig) -> bool {
     peer.transport == Transport::Tcp
@@ -161,6 +92,20 @@ fn find(lines: &Lines, role: &TcpRole) -> Option<u16> {
         .position(|l| matches!(l, Line::Tcp(r, _) if r == role))
         // Exact: Lines hands out no index above u16::MAX.
         .map(|i| i as u16)
+}
+
+/// Opens the lines a config's `Path =` entries need; returns, per peer and
+/// path, the line index to use.
+pub fn open_for(lines: &mut Lines, cfg: &Config) -> io::Result<Vec<Vec<u16>>> {
+    cfg.peers
+        .iter()
+        .map(|peer| {
+            peer.paths
+                .iter()
+                .map(|p| path_line(lines, peer, p))
+                .collect()
+        })
+        .collect()
 }
 
 /// The line of `path`: its TCP line (opened by [`open`]) when the path

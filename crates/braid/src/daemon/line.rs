@@ -1,0 +1,78 @@
+//! One local line of an interface, UDP or TCP, and how it is driven. The
+//! interface's table of lines is `lines`; which TCP lines a config needs,
+//! `tcp_lines`.
+
+use crate::config::Bind;
+use braid_core::batch::PacketBatch;
+use braid_io::{TcpLine, UdpSocket};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// What a TCP line is for, so that paths sharing it find it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TcpRole {
+    Listen,
+    Connect(Option<Bind>, SocketAddr),
+}
+
+/// One local line of the interface.
+pub enum Line {
+    Udp(UdpSocket),
+    Tcp(TcpRole, TcpLine),
+}
+
+impl Line {
+    /// The descriptor that is readable when [`recv`](Self::recv) has work.
+    pub fn poll_fd(&self) -> RawFd {
+        match self {
+            Line::Udp(s) => s.as_raw_fd(),
+            Line::Tcp(_, t) => t.as_raw_fd(),
+        }
+    }
+
+    /// Datagrams already in user space that no poll will report.
+    pub fn has_pending(&self) -> bool {
+        match self {
+            Line::Udp(s) => s.has_pending(),
+            Line::Tcp(_, t) => t.has_pending(),
+        }
+    }
+
+    /// Receives one batch, each datagram tagged with `line`.
+    pub fn recv(&self, line: u16, batch: &mut PacketBatch) -> io::Result<usize> {
+        match self {
+            Line::Udp(s) => {
+                let n = s.recv_batch(batch)?;
+                if line != 0 {
+                    for i in 0..n {
+                        batch.set_line(i, line);
+                    }
+                }
+                Ok(n)
+            }
+            Line::Tcp(_, t) => t.recv_batch(batch, line),
+        }
+    }
+
+    pub fn send(&self, line: u16, batch: &PacketBatch) -> io::Result<usize> {
+        match self {
+            Line::Udp(s) => s.send_batch_on_line(batch, line),
+            Line::Tcp(_, t) => t.send_batch_on_line(batch, line),
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        match self {
+            Line::Udp(s) => s.dropped(),
+            Line::Tcp(_, t) => t.dropped(),
+        }
+    }
+
+    pub fn udp(&self) -> Option<&UdpSocket> {
+        match self {
+            Line::Udp(s) => Some(s),
+            Line::Tcp(..) => None,
+        }
+    }
+}
