@@ -36,6 +36,7 @@
 use super::batch::data_plane_batch;
 use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
+use super::pmtu::{self, PathMtu};
 use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
 use braid_core::device::{CryptoJobs, Device};
@@ -66,7 +67,7 @@ pub struct Shared {
     /// threads read it per batch without taking the device lock.
     tunnel_mtu: AtomicU32,
     /// Path MTU: the TUN MTU that follows the paths, too-big answers.
-    pub path_mtu: super::pmtu::PathMtu,
+    pub path_mtu: PathMtu,
     /// Whoever holds it sends from the TUN.
     sender: Mutex<Scratch>,
     /// Whoever holds it receives from the lines and writes to the TUN.
@@ -125,7 +126,7 @@ impl Shared {
         tun: Tun,
         lines: Lines,
         waker: Arc<Waker>,
-        path_mtu: super::pmtu::PathMtu,
+        path_mtu: PathMtu,
         settings: Settings,
     ) -> std::io::Result<Shared> {
         let Settings {
@@ -239,6 +240,30 @@ impl Shared {
 
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Brings the too-big limit and (in auto mode) the TUN MTU in line with
+    /// what the paths carry now. Cheap; the main thread calls it after timers.
+    pub fn follow_path_mtu(&self, name: &str) {
+        let target = self.path_mtu.target(&mut self.device());
+        if let Some(mtu) = self.path_mtu.follow(target, name) {
+            self.set_mtu(mtu);
+        }
+    }
+
+    /// Tells each path's search how big its local line allows (every few
+    /// seconds; at once on the first call).
+    pub fn refresh_path_ceilings(&self, now: Instant) {
+        if !self.path_mtu.ceilings_due(now) {
+            return;
+        }
+        let routes = self.device().path_routes();
+        for route in routes {
+            let bind = self.lines().bind(route.line).cloned();
+            if let Some(mtu) = pmtu::line_mtu(bind.as_ref(), route.remote) {
+                self.device().set_path_link_mtu(now, route, mtu);
+            }
+        }
     }
 }
 

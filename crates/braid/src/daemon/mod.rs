@@ -439,7 +439,7 @@ impl Daemon {
             self.shared.device().handle_timeout(now);
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
-                pmtu::follow(&self.shared, &self.name);
+                self.shared.follow_path_mtu(&self.name);
             }
             self.write_released()?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
@@ -452,7 +452,7 @@ impl Daemon {
                 if let Ok(mtu) = netcfg::link_mtu(&self.name) {
                     self.shared.set_mtu(mtu);
                 }
-                pmtu::refresh_ceilings(&self.shared, now);
+                self.shared.refresh_path_ceilings(now);
                 tcp_lines::sort_out_connections(&self.shared.lines(), &self.shared.device());
             }
         }

@@ -8,11 +8,16 @@
 //! - an inner packet bigger than that is answered with ICMP "fragmentation
 //!   needed" / ICMPv6 "packet too big" written back to the TUN, at a
 //!   bounded rate, instead of vanishing.
+//!
+//! [`PathMtu`] is the state; it lives in the data plane's `Shared`, whose
+//! main thread drives it (`Shared::follow_path_mtu`,
+//! `Shared::refresh_path_ceilings`) and whose outbound thread has it answer
+//! oversize packets. Nothing here takes the data plane's locks.
 
 use super::batch::MAX_MTU;
-use super::dataplane::Shared;
 use crate::config::Bind;
 use braid_core::batch::{PacketBatch, HEADROOM};
+use braid_core::device::Device;
 use braid_core::icmp;
 use braid_io::{netcfg, Tun};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -78,6 +83,47 @@ impl PathMtu {
         (a.sent, a.suppressed)
     }
 
+    /// Under the device lock: the tunnel MTU the live paths carry now
+    /// (the default MTU while no path says anything), capped to what braid
+    /// carries; the device pads no packet beyond it.
+    pub fn target(&self, device: &mut Device) -> u32 {
+        let target = device.path_mtu_target(self.default as usize);
+        device.set_padding_cap(target);
+        capped_mtu(target)
+    }
+
+    /// Outside the device lock: makes `target` the too-big limit and, when
+    /// the TUN MTU follows the paths and differs, sets it on interface
+    /// `name`. Returns the TUN MTU it set, for the data plane to record.
+    pub fn follow(&self, target: u32, name: &str) -> Option<u32> {
+        self.limit.store(target, Ordering::Relaxed);
+        if !self.auto || self.applied.load(Ordering::Relaxed) == target {
+            return None;
+        }
+        match netcfg::link_set_mtu(name, target) {
+            Ok(()) => {
+                let was = self.applied.swap(target, Ordering::Relaxed);
+                eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}");
+                Some(target)
+            }
+            Err(e) => {
+                eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}");
+                None
+            }
+        }
+    }
+
+    /// Whether the lines' MTUs are due to be looked up again (every
+    /// [`CEILING_REFRESH`]; at once on the first call).
+    pub fn ceilings_due(&self, now: Instant) -> bool {
+        let mut next = self.next_refresh.lock().unwrap_or_else(|e| e.into_inner());
+        if next.is_some_and(|t| now < t) {
+            return false;
+        }
+        *next = Some(now + CEILING_REFRESH);
+        true
+    }
+
     /// Consumes every packet of `batch` (read from the TUN) that is longer
     /// than the paths carry, answering its sender through the TUN.
     pub fn answer_oversize(&self, tun: &Tun, batch: &mut PacketBatch) -> std::io::Result<()> {
@@ -121,31 +167,6 @@ impl PathMtu {
     }
 }
 
-/// Brings the too-big limit and (in auto mode) the TUN MTU in line with
-/// what the paths carry now. Cheap; the main thread calls it after timers.
-pub fn follow(shared: &Shared, name: &str) {
-    let pm = &shared.path_mtu;
-    let target = {
-        let mut device = shared.device();
-        let target = device.path_mtu_target(pm.default as usize);
-        device.set_padding_cap(target);
-        target
-    };
-    let target = capped_mtu(target);
-    pm.limit.store(target, Ordering::Relaxed);
-    if !pm.auto || pm.applied.load(Ordering::Relaxed) == target {
-        return;
-    }
-    match netcfg::link_set_mtu(name, target) {
-        Ok(()) => {
-            let was = pm.applied.swap(target, Ordering::Relaxed);
-            shared.set_mtu(target);
-            eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}");
-        }
-        Err(e) => eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}"),
-    }
-}
-
 /// A path MTU target as the TUN MTU braid can carry: capped before the
 /// cast, so a target above u32::MAX becomes MAX_MTU rather than whatever
 /// its low 32 bits say.
@@ -153,33 +174,10 @@ fn capped_mtu(target: usize) -> u32 {
     target.min(MAX_MTU as usize) as u32
 }
 
-/// Tells each path's search how big its local line allows (every few
-/// seconds; at once on the first call).
-pub fn refresh_ceilings(shared: &Shared, now: Instant) {
-    {
-        let mut next = shared
-            .path_mtu
-            .next_refresh
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if next.is_some_and(|t| now < t) {
-            return;
-        }
-        *next = Some(now + CEILING_REFRESH);
-    }
-    let routes = shared.device().path_routes();
-    for route in routes {
-        let bind = shared.lines().bind(route.line).cloned();
-        if let Some(mtu) = line_mtu(bind.as_ref(), route.remote) {
-            shared.device().set_path_link_mtu(now, route, mtu);
-        }
-    }
-}
-
 /// The MTU of the route to `remote` from a line (as the kernel would send
 /// a datagram of that line): a throwaway UDP socket, bound like the line
 /// and connected, asked for `IP_MTU`. Connecting sends nothing.
-fn line_mtu(bind: Option<&Bind>, remote: SocketAddr) -> Option<usize> {
+pub fn line_mtu(bind: Option<&Bind>, remote: SocketAddr) -> Option<usize> {
     let local_any = if remote.is_ipv6() {
         IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     } else {
