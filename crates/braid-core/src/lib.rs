@@ -23,6 +23,8 @@ pub mod reorder;
 pub mod replay;
 pub mod session;
 pub mod shaper;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod timers;
 
 #[cfg(test)]
