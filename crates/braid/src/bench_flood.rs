@@ -196,7 +196,7 @@ impl ResponderSample {
         let counters = a
             .interface
             .as_deref()
-            .and_then(|n| uapi::query_braid(crate::daemon::control::socket_path(n)).ok())
+            .and_then(|n| uapi::query_braid(uapi::socket_path(n)).ok())
             .map(|s| s.extra)
             .unwrap_or_default();
         ResponderSample {

@@ -2,7 +2,7 @@
 
 use braid::config::Config;
 use braid::daemon::privilege::Privileges;
-use braid::daemon::{self, background, control, UpRequest};
+use braid::daemon::{self, background, UpRequest};
 use braid::keys::{PresharedKey, PrivateKey};
 use braid::{show, uapi};
 use clap::{Parser, Subcommand};
@@ -258,7 +258,7 @@ fn start(req: UpRequest, foreground: bool) -> Result<(), String> {
 /// Asks the daemon behind NAME's socket to stop, and waits until it has.
 fn down(name: &str) -> Result<(), String> {
     require_root()?;
-    let path = control::socket_path(name);
+    let path = uapi::socket_path(name);
     let stream = std::os::unix::net::UnixStream::connect(&path)
         .map_err(|e| format!("no braid interface {name} ({}: {e})", path.display()))?;
     let pid = peer_pid(&stream)
@@ -317,7 +317,7 @@ fn peer_pid(stream: &std::os::unix::net::UnixStream) -> Option<i32> {
 }
 
 fn mtu_cmd(name: &str, json: bool) -> Result<(), String> {
-    let snap = uapi::query_braid(control::socket_path(name)).map_err(|e| format!("{name}: {e}"))?;
+    let snap = uapi::query_braid(uapi::socket_path(name)).map_err(|e| format!("{name}: {e}"))?;
     if json {
         println!("{}", braid::mtu_show::render_json(name, &snap));
     } else {
@@ -330,7 +330,7 @@ fn show_cmd(name: Option<&str>, json: bool) -> Result<(), String> {
     let names: Vec<String> = match name {
         Some(n) => vec![n.to_string()],
         None => {
-            let mut v: Vec<String> = std::fs::read_dir(control::SOCKET_DIR)
+            let mut v: Vec<String> = std::fs::read_dir(uapi::SOCKET_DIR)
                 .map(|d| {
                     d.flatten()
                         .filter_map(|e| {
@@ -349,7 +349,7 @@ fn show_cmd(name: Option<&str>, json: bool) -> Result<(), String> {
     let color = std::io::stdout().is_terminal();
     let mut jsons = Vec::new();
     for (i, n) in names.iter().enumerate() {
-        let snap = uapi::query_braid(control::socket_path(n)).map_err(|e| format!("{n}: {e}"))?;
+        let snap = uapi::query_braid(uapi::socket_path(n)).map_err(|e| format!("{n}: {e}"))?;
         if json {
             jsons.push(show::render_json(n, &snap));
         } else {

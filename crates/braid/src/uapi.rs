@@ -14,7 +14,7 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -30,6 +30,15 @@ pub const MAX_REQUEST_LEN: usize = 8 << 20;
 /// Largest reply [`query`] will read.
 const MAX_RESPONSE_LEN: u64 = 64 << 20;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the UAPI sockets are, one per interface (wg's convention: `wg`
+/// finds an interface by looking here).
+pub const SOCKET_DIR: &str = "/var/run/wireguard";
+
+/// The UAPI socket of interface `name`.
+pub fn socket_path(name: &str) -> PathBuf {
+    Path::new(SOCKET_DIR).join(format!("{name}.sock"))
+}
 
 /// A positive `errno.h` value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

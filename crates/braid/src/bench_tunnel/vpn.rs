@@ -5,8 +5,8 @@
 //! CA, or no tunnel at all. Each tunnel reports the processes that carry
 //! its packets, so their CPU time can be charged to the transfer.
 
-use crate::daemon::control;
 use crate::lab::{self, run, ChildId, Lab, LabResult};
+use crate::uapi;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -308,7 +308,7 @@ fn braid(lab: &mut Lab, cipher: Cipher, net: &Net) -> LabResult<Tunnel> {
     lab.braid_up(&net.ns_a, &if_a, &conf_a)?;
     let mut pids = Vec::new();
     for name in [&if_a, &if_b] {
-        let path = control::socket_path(name);
+        let path = uapi::socket_path(name);
         pids.push(socket_peer_pid(&path).ok_or_else(|| {
             format!(
                 "cannot tell which process serves {} (braid up {name})",
@@ -395,7 +395,7 @@ fn wg_userspace(lab: &mut Lab, program: &str, flags: &[&str], net: &Net) -> LabR
         let mut cmd = lab.cmd_in(ns, program);
         cmd.args(flags).arg(&ifname);
         let id = lab.spawn(cmd, &log)?;
-        let socket = control::socket_path(&ifname);
+        let socket = uapi::socket_path(&ifname);
         lab.remove_on_drop(socket.clone());
         wait_for_socket(lab, id, &socket, &log)?;
         let endpoint_line = endpoint

@@ -6,22 +6,17 @@
 use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use crate::uapi::{
-    self, DeviceSnapshot, Errno, PeerSnapshot, PeerUpdate, Request, Response, SetRequest,
+    self, socket_path, DeviceSnapshot, Errno, PeerSnapshot, PeerUpdate, Request, Response,
+    SetRequest, SOCKET_DIR,
 };
 use braid_core::device::Device;
 use braid_io::Waker;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-pub const SOCKET_DIR: &str = "/var/run/wireguard";
-
-pub fn socket_path(name: &str) -> PathBuf {
-    Path::new(SOCKET_DIR).join(format!("{name}.sock"))
-}
 
 /// A request waiting for the event loop, with the way back to its client.
 pub struct Pending {

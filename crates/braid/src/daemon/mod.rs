@@ -27,7 +27,7 @@ pub mod routes;
 pub mod tcp_lines;
 
 use crate::config::{Config, MssFix, Transport};
-use crate::uapi::{Errno, PeerUpdate, Request, Response, SetRequest};
+use crate::uapi::{socket_path, Errno, PeerUpdate, Request, Response, SetRequest};
 use background::ReadyPipe;
 use batch::{data_plane_batch, BATCH, MAX_MTU};
 use braid_core::batch::PacketBatch;
@@ -241,7 +241,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     let mut guardian = match drop_to {
         Some(_) => Some(guardian::Guardian::start(guardian::Duties {
             name: name.clone(),
-            socket: control::socket_path(name),
+            socket: socket_path(name),
             pre_down: req
                 .config
                 .as_ref()

@@ -10,7 +10,6 @@ use braid_io::netcfg;
 use super::machine::{CipherRates, CLEARLY_FASTER};
 use super::Check;
 use crate::bench_crypto::Cipher;
-use crate::daemon::control;
 use crate::uapi::{self, DeviceSnapshot, PathSnapshot, PeerSnapshot};
 
 /// Bytes WireGuard adds to a tunnel packet: outer IP header, UDP, the
@@ -29,7 +28,7 @@ const TOO_LATE: f64 = 0.001;
 const REORDERING: f64 = 0.05;
 
 pub fn checks(name: &str, rates: &CipherRates) -> Vec<Check> {
-    let sock = control::socket_path(name);
+    let sock = uapi::socket_path(name);
     if !sock.exists() {
         return vec![Check::fail(
             format!("interface {name}"),
