@@ -333,7 +333,7 @@ impl Lab {
         run(self.braid_in(ns).arg("up").arg(&file))?;
         self.interfaces.push((ns.to_string(), name.to_string()));
         // The lab's own files go with it; so does what the daemon logged.
-        self.remove_on_drop(PathBuf::from(crate::daemon::log_path(name)));
+        self.remove_on_drop(PathBuf::from(crate::background::log_path(name)));
         Ok(())
     }
 

@@ -1,3 +1,4 @@
+pub mod background;
 pub mod bench_crypto;
 pub mod bench_echo;
 pub mod bench_flood;

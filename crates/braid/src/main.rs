@@ -1,8 +1,9 @@
 //! `braid`: the command line, with the habits of `wg` and `wg-quick`.
 
+use braid::background;
 use braid::config::Config;
 use braid::daemon::privilege::Privileges;
-use braid::daemon::{self, background, UpRequest};
+use braid::daemon::{self, UpRequest};
 use braid::keys::{PresharedKey, PrivateKey};
 use braid::{show, uapi};
 use clap::{Parser, Subcommand};
@@ -249,7 +250,7 @@ fn start(req: UpRequest, foreground: bool) -> Result<(), String> {
     let ready = if foreground {
         background::ReadyPipe::foreground()
     } else {
-        background::daemonize(&daemon::log_path(&req.name))
+        background::daemonize(&background::log_path(&req.name))
             .map_err(|e| format!("cannot start the daemon: {e}"))?
     };
     daemon::run(req, ready).map_err(|e| e.to_string())

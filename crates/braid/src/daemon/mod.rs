@@ -12,7 +12,6 @@
 //! packet, and never across encryption or a system call (see `dataplane`);
 //! every I/O call moves a batch.
 
-pub mod background;
 pub mod batch;
 pub mod control;
 pub mod crypto_helpers;
@@ -26,9 +25,9 @@ pub mod privilege;
 pub mod routes;
 pub mod tcp_lines;
 
+use crate::background::{self, ReadyPipe};
 use crate::config::{Config, MssFix, Transport};
 use crate::uapi::{socket_path, Errno, PeerUpdate, Request, Response, SetRequest};
-use background::ReadyPipe;
 use batch::{data_plane_batch, BATCH, MAX_MTU};
 use braid_core::batch::PacketBatch;
 use braid_core::device::Device;
@@ -69,10 +68,9 @@ pub struct UpRequest {
     pub privileges: privilege::Privileges,
 }
 
-/// Where a daemon started without `--foreground` writes its output.
-pub fn log_path(name: &str) -> String {
-    format!("/var/log/braid/{name}.log")
-}
+/// Kept for `tests/common`, which names the log here; the log's place is
+/// [`crate::background::log_path`].
+pub use crate::background::log_path;
 
 /// Turns a parsed config into the same `set` request the UAPI would send,
 /// so both paths configure the device identically.

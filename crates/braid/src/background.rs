@@ -1,11 +1,17 @@
 //! Becoming a daemon the way `wg-quick` users expect: `braid up` returns
 //! only once the interface is up (or prints why it is not), with the daemon
-//! left running in the background; signals ask the event loop to stop.
+//! left running in the background and its output in [`log_path`]; signals
+//! ask the event loop to stop.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// Where a daemon started without `--foreground` writes its output.
+pub fn log_path(name: &str) -> String {
+    format!("/var/log/braid/{name}.log")
+}
 
 /// Where the forked daemon reports "ready" or the error that stopped it.
 pub struct ReadyPipe(Option<File>);
