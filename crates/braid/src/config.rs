@@ -8,11 +8,15 @@
 //!
 //! Error messages name the file, the 1-based line and the key. They quote
 //! offending values, except for secret keys, which are never echoed.
+//!
+//! A config file that group or others may read or write is refused before
+//! it is read ([`check_private_file`]): it holds a private key.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -253,6 +257,33 @@ impl std::error::Error for ConfigError {
     }
 }
 
+/// Why a file with these permission bits must not hold a private key, or
+/// `None` if it may. Any access by group or others counts: a group-writable
+/// config can be made to route traffic anywhere.
+pub fn shared_mode_problem(mode: u32, path: &Path) -> Option<String> {
+    let mode = mode & 0o7777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "open to group or others (mode {mode:04o}), and it holds a private key; \
+             braid refuses it: fix with `chmod 600 {}`",
+            path.display()
+        )
+    })
+}
+
+/// Refuses a regular file that group or others may read or write (pipes
+/// such as `/dev/stdin` are not checked: they are nobody else's).
+pub fn check_private_file(path: &Path) -> io::Result<()> {
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Ok(());
+    }
+    match shared_mode_problem(meta.permissions().mode(), path) {
+        Some(problem) => Err(io::Error::new(io::ErrorKind::PermissionDenied, problem)),
+        None => Ok(()),
+    }
+}
+
 impl Config {
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
         let path = path.as_ref();
@@ -260,7 +291,7 @@ impl Config {
             path: path.to_path_buf(),
             source,
         };
-        crate::daemon::privilege::check_private_file(path).map_err(io_err)?;
+        check_private_file(path).map_err(io_err)?;
         use std::io::Read as _;
         let mut bytes = Vec::new();
         std::fs::File::open(path)
@@ -1307,6 +1338,43 @@ mod tests {
         assert!(Config::load(&path).is_ok());
         let missing = Config::load(dir.join("nope.conf")).unwrap_err();
         assert!(matches!(missing, ConfigError::Io { .. }));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn private_modes_pass() {
+        for mode in [0o600, 0o400, 0o700, 0o100600, 0o4600] {
+            assert_eq!(
+                shared_mode_problem(mode, Path::new("/x.conf")),
+                None,
+                "{mode:o}"
+            );
+        }
+    }
+
+    #[test]
+    fn shared_modes_are_refused_with_the_fix() {
+        for mode in [0o640, 0o604, 0o644, 0o620, 0o602, 0o660, 0o666, 0o100644] {
+            let msg = shared_mode_problem(mode, Path::new("/etc/wireguard/wg0.conf"))
+                .unwrap_or_else(|| panic!("mode {mode:o} accepted"));
+            assert!(msg.contains("group or others"), "{msg}");
+            assert!(msg.contains("chmod 600 /etc/wireguard/wg0.conf"), "{msg}");
+            assert!(msg.contains(&format!("{:04o}", mode & 0o7777)), "{msg}");
+        }
+    }
+
+    #[test]
+    fn check_reads_the_file_mode() {
+        let dir = std::env::temp_dir().join(format!("braid-priv-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("k.conf");
+        std::fs::write(&path, "x").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = check_private_file(&path).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("chmod 600"), "{err}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        check_private_file(&path).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
