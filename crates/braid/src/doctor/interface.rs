@@ -7,8 +7,8 @@ use std::time::SystemTime;
 
 use braid_io::netcfg;
 
+use super::check::Check;
 use super::machine::{CipherRates, CLEARLY_FASTER};
-use super::Check;
 use crate::bench_crypto::Cipher;
 use crate::uapi::{self, DeviceSnapshot, PathSnapshot, PeerSnapshot};
 
@@ -439,6 +439,7 @@ fn path(label: &str, p: &PathSnapshot) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doctor::check::Level;
     use crate::keys::PublicKey;
     use crate::uapi::PeerSnapshot;
     use std::time::Duration;
@@ -453,8 +454,8 @@ mod tests {
     fn loss_above_one_percent_warns() {
         let p = peer(&[("accepted", 1000), ("lost", 20)]);
         let c = window("p", &p);
-        assert_eq!(c[0].level, super::super::Level::Warn);
-        assert_eq!(c[1].level, super::super::Level::Ok);
+        assert_eq!(c[0].level, Level::Warn);
+        assert_eq!(c[1].level, Level::Ok);
     }
 
     #[test]
@@ -465,7 +466,7 @@ mod tests {
             ("reorder_hold_us", 5000),
         ]);
         let c = window("p", &p);
-        assert_eq!(c[1].level, super::super::Level::Warn);
+        assert_eq!(c[1].level, Level::Warn);
         assert!(c[1].advice.as_deref().unwrap().contains("ReorderHold"));
     }
 
@@ -481,7 +482,7 @@ mod tests {
             ("reorder_hold_us", 17000),
         ]);
         let c = window("p", &p);
-        assert_eq!(c[1].level, super::super::Level::Ok, "{:?}", c[1]);
+        assert_eq!(c[1].level, Level::Ok, "{:?}", c[1]);
         // A first copy that came too late still counts, and a gap given
         // up on that a late packet filled is no loss.
         let p = peer(&[
@@ -491,27 +492,27 @@ mod tests {
             ("reorder_hold_us", 1000),
         ]);
         let c = window("p", &p);
-        assert_eq!(c[0].level, super::super::Level::Ok, "{:?}", c[0]);
+        assert_eq!(c[0].level, Level::Ok, "{:?}", c[0]);
         assert!(c[0].finding.starts_with("lost 5 of 1000"), "{:?}", c[0]);
-        assert_eq!(c[1].level, super::super::Level::Warn);
+        assert_eq!(c[1].level, Level::Warn);
         let p = peer(&[
             ("accepted", 1000),
             ("under_window", 960),
             ("replayed", 950),
             ("reorder_hold_us", 17000),
         ]);
-        assert_eq!(window("p", &p)[1].level, super::super::Level::Warn);
+        assert_eq!(window("p", &p)[1].level, Level::Warn);
     }
 
     #[test]
     fn stale_and_missing_handshakes_warn() {
         let now = SystemTime::now();
         let mut p = peer(&[]);
-        assert_eq!(handshake("p", &p, now).level, super::super::Level::Warn);
+        assert_eq!(handshake("p", &p, now).level, Level::Warn);
         p.last_handshake = Some(now - Duration::from_secs(600));
-        assert_eq!(handshake("p", &p, now).level, super::super::Level::Warn);
+        assert_eq!(handshake("p", &p, now).level, Level::Warn);
         p.last_handshake = Some(now - Duration::from_secs(10));
-        assert_eq!(handshake("p", &p, now).level, super::super::Level::Ok);
+        assert_eq!(handshake("p", &p, now).level, Level::Ok);
     }
 
     #[test]

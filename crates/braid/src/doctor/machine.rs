@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use braid_io::{Offload, Tun, UdpSocket};
 
-use super::Check;
+use super::check::Check;
 use crate::bench_crypto::{self, Cipher};
 
 /// The packet size the cipher race uses: a full 1420-byte tunnel MTU.
@@ -301,6 +301,7 @@ fn kernel() -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doctor::check::Level;
 
     #[test]
     fn kernel_versions_parse() {
@@ -313,16 +314,16 @@ mod tests {
     #[test]
     fn small_socket_buffer_warns_without_root() {
         let c = socket_buffer("rmem_max", "receive", Some(212992), false);
-        assert_eq!(c.level, super::super::Level::Warn);
+        assert_eq!(c.level, Level::Warn);
         assert!(c.finding.starts_with("212992: braid asks for 8 MiB"));
         assert!(c
             .advice
             .unwrap()
             .contains("sysctl -w net.core.rmem_max=8388608"));
         let c = socket_buffer("rmem_max", "receive", Some(212992), true);
-        assert_eq!(c.level, super::super::Level::Ok);
+        assert_eq!(c.level, Level::Ok);
         let c = socket_buffer("wmem_max", "send", Some(8 << 20), false);
-        assert_eq!(c.level, super::super::Level::Ok);
+        assert_eq!(c.level, Level::Ok);
     }
 
     #[test]

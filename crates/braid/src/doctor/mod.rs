@@ -3,78 +3,14 @@
 //! to change and why. One line per check; `--json` for scripts. Nothing
 //! here prints key material: peers are named by a public key prefix.
 
+mod check;
 mod interface;
 mod machine;
 
-use serde::Serialize;
 use std::fmt::Write as _;
 
+pub use check::{Check, Level};
 pub use machine::CipherRates;
-
-/// How a check came out; ordered so the worst of a set is its maximum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    Ok,
-    Warn,
-    Fail,
-}
-
-impl Level {
-    pub fn name(self) -> &'static str {
-        match self {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Fail => "fail",
-        }
-    }
-}
-
-/// One finding, and for `warn`/`fail` what to do about it and why.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    /// What was checked (`cpu`, `socket buffers`, `peer AbCdEfGh… path line1`).
-    pub check: String,
-    pub level: Level,
-    pub finding: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub advice: Option<String>,
-}
-
-impl Check {
-    pub fn ok(check: impl Into<String>, finding: impl Into<String>) -> Check {
-        Check {
-            check: check.into(),
-            level: Level::Ok,
-            finding: finding.into(),
-            advice: None,
-        }
-    }
-
-    pub fn warn(
-        check: impl Into<String>,
-        finding: impl Into<String>,
-        advice: impl Into<String>,
-    ) -> Check {
-        Check {
-            check: check.into(),
-            level: Level::Warn,
-            finding: finding.into(),
-            advice: Some(advice.into()),
-        }
-    }
-
-    pub fn fail(
-        check: impl Into<String>,
-        finding: impl Into<String>,
-        advice: impl Into<String>,
-    ) -> Check {
-        Check {
-            level: Level::Fail,
-            ..Check::warn(check, finding, advice)
-        }
-    }
-}
 
 /// Runs every machine check, then the interface checks for `name`.
 pub fn diagnose(name: Option<&str>) -> Vec<Check> {
