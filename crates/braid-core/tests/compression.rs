@@ -1,20 +1,16 @@
-#![allow(clippy::disallowed_methods)] // tests pick an arbitrary origin for virtual time
-//! `Compression = lz4` between two simulated peers over a perfect 1 ms
-//! line: packets shrink on the wire only when both ends offered it, come
-//! out byte for byte, incompressible ones go as they are, and a compressed
-//! packet is refused by a side that did not agree to it.
+//! `Compression = lz4` between two simulated peers
+//! (`braid_core::testing`) over a perfect 1 ms line: packets shrink on the
+//! wire only when both ends offered it, come out byte for byte,
+//! incompressible ones go as they are, and a compressed packet is refused
+//! by a side that did not agree to it.
 
-use braid_core::batch::{PacketBatch, HEADROOM};
 use braid_core::compress::CompressionPolicy;
 use braid_core::device::Device;
+use braid_core::link::{LinkModel, LinkParams};
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant, SystemTime};
+use braid_core::testing::{ipv4, Net, NodeId, A, B};
+use std::time::Duration;
 
-const A_ADDR: &str = "198.18.0.1:51820";
-const B_ADDR: &str = "198.18.0.2:51820";
-const A_TUN: [u8; 4] = [198, 19, 0, 1];
-const B_TUN: [u8; 4] = [198, 19, 0, 2];
 const LATENCY: Duration = Duration::from_millis(1);
 const PACKET: usize = 1400;
 
@@ -37,38 +33,89 @@ const STOCK: End = End {
     compression: CompressionPolicy::Lz4,
 };
 
-struct Pair {
-    now: Instant,
-    a: Device,
-    b: Device,
-    /// (deliver at, to B?, bytes)
-    flight: Vec<(Instant, bool, Vec<u8>)>,
-    /// Bytes of data messages each side put on the wire.
-    wire_from_a: usize,
-    wire_from_b: usize,
-    delivered_to_a: Vec<Vec<u8>>,
-    delivered_to_b: Vec<Vec<u8>>,
+fn pair(a_end: End, b_end: End) -> Net {
+    pair_with(a_end, b_end, |_, _| {})
 }
 
-fn device(seed: u8, key: u8, end: End, now: Instant) -> Device {
-    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let mut d = Device::new(now, wall, [seed; 32]);
-    d.set_private_key(Some([key; 32]));
-    d.set_extensions(end.extensions);
-    d.set_compression(end.compression);
-    d
+/// A and B over a perfect `LATENCY` line, set up as `a_end` and `b_end`
+/// and then by `setup`; after the handshake and the hellos, with the books
+/// cleared.
+fn pair_with(a_end: End, b_end: End, setup: impl FnOnce(&mut Device, &mut Device)) -> Net {
+    let mut net = Net::pair();
+    for (n, end) in [(A, a_end), (B, b_end)] {
+        net[n].device.set_extensions(end.extensions);
+        net[n].device.set_compression(end.compression);
+    }
+    let (a, b) = net.nodes.split_at_mut(1);
+    setup(&mut a[0].device, &mut b[0].device);
+    let line = LinkParams {
+        delay: LATENCY,
+        ..LinkParams::default()
+    };
+    net.connect(
+        (A, 0),
+        (B, 0),
+        LinkModel::new(line.clone(), 1),
+        LinkModel::new(line, 2),
+    );
+    // Handshake and hellos.
+    send(&mut net, A, &[0; 10]);
+    net.run_for(Duration::from_millis(300));
+    net.capture.clear();
+    net[A].delivered.clear();
+    net[B].delivered.clear();
+    net
 }
 
-/// An IPv4/UDP packet from `src` to `dst` carrying `payload`.
-fn ip_packet(src: [u8; 4], dst: [u8; 4], payload: &[u8]) -> Vec<u8> {
-    let mut p = vec![0u8; 28];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
-    p[9] = 17;
-    p[12..16].copy_from_slice(&src);
-    p[16..20].copy_from_slice(&dst);
-    p.extend_from_slice(payload);
+/// An IPv4/UDP packet (TTL and UDP header zero) carrying `payload`, from
+/// `from`'s tunnel address to the other side's.
+fn packet(net: &Net, from: NodeId, payload: &[u8]) -> Vec<u8> {
+    let to = if from == A { B } else { A };
+    let udp = [&[0u8; 8][..], payload].concat();
+    let mut p = ipv4(net.tun(from), net.tun(to), 17, &udp);
+    p[8] = 0;
     p
+}
+
+fn send(net: &mut Net, from: NodeId, payload: &[u8]) {
+    let p = packet(net, from, payload);
+    net.send_packet(from, &p);
+}
+
+/// Bytes of data messages `node` put on the wire.
+fn wire_from(net: &Net, node: NodeId) -> usize {
+    net.capture
+        .iter()
+        .filter(|d| d.from == node && matches!(d.kind(), TYPE_DATA | TYPE_DATA_AES))
+        .map(|d| d.bytes.len())
+        .sum()
+}
+
+/// Sends `payload` `n` times each way; checks every packet arrived
+/// unchanged.
+fn exchange(net: &mut Net, n: usize, payload: &[u8]) {
+    for _ in 0..n {
+        send(net, A, payload);
+        send(net, B, payload);
+        net.run_for(Duration::from_millis(1));
+    }
+    net.run_for(Duration::from_millis(20));
+    assert_eq!(net[B].delivered.len(), n);
+    assert_eq!(net[A].delivered.len(), n);
+    let to_b = packet(net, A, payload);
+    let to_a = packet(net, B, payload);
+    assert!(net[B].delivered.iter().all(|p| *p == to_b));
+    assert!(net[A].delivered.iter().all(|p| *p == to_a));
+}
+
+fn counter(net: &Net, node: NodeId, name: &str) -> u64 {
+    let info = net.peer_info(node);
+    match name {
+        "compressed_tx" => info.counters.compressed_tx,
+        "compressed_rx" => info.counters.compressed_rx,
+        "decompress_failed" => info.counters.decompress_failed,
+        _ => unreachable!(),
+    }
 }
 
 fn text_payload(n: usize) -> Vec<u8> {
@@ -91,159 +138,13 @@ fn random_payload(n: usize, mut x: u64) -> Vec<u8> {
         .collect()
 }
 
-impl Pair {
-    fn new(a_end: End, b_end: End) -> Pair {
-        Pair::with(a_end, b_end, |_, _| {})
-    }
-
-    /// A pair whose devices `setup` adjusts before the handshake.
-    fn with(a_end: End, b_end: End, setup: impl FnOnce(&mut Device, &mut Device)) -> Pair {
-        let now = Instant::now();
-        let mut a = device(1, 0x11, a_end, now);
-        let mut b = device(2, 0x22, b_end, now);
-        let pb = a.add_peer(b.public_key().unwrap()).unwrap();
-        let pa = b.add_peer(a.public_key().unwrap()).unwrap();
-        a.set_endpoint(pb, B_ADDR.parse().unwrap());
-        a.add_allowed_ip(pb, IpAddr::V4(Ipv4Addr::from(B_TUN)), 32)
-            .unwrap();
-        b.add_allowed_ip(pa, IpAddr::V4(Ipv4Addr::from(A_TUN)), 32)
-            .unwrap();
-        setup(&mut a, &mut b);
-        let mut pair = Pair {
-            now,
-            a,
-            b,
-            flight: Vec::new(),
-            wire_from_a: 0,
-            wire_from_b: 0,
-            delivered_to_a: Vec::new(),
-            delivered_to_b: Vec::new(),
-        };
-        // Handshake and hellos.
-        pair.send(true, &[0; 10]);
-        pair.run(Duration::from_millis(300));
-        pair.wire_from_a = 0;
-        pair.wire_from_b = 0;
-        pair.delivered_to_a.clear();
-        pair.delivered_to_b.clear();
-        pair
-    }
-
-    fn ship(&mut self, from_a: bool, batch: &PacketBatch) {
-        for i in 0..batch.len() {
-            let bytes = batch.packet(i);
-            if bytes.is_empty() {
-                continue;
-            }
-            if matches!(bytes[0], TYPE_DATA | TYPE_DATA_AES) {
-                *if from_a {
-                    &mut self.wire_from_a
-                } else {
-                    &mut self.wire_from_b
-                } += bytes.len();
-            }
-            self.flight
-                .push((self.now + LATENCY, from_a, bytes.to_vec()));
-        }
-    }
-
-    fn send(&mut self, from_a: bool, payload: &[u8]) {
-        let packet = if from_a {
-            ip_packet(A_TUN, B_TUN, payload)
-        } else {
-            ip_packet(B_TUN, A_TUN, payload)
-        };
-        let mut batch = PacketBatch::new(4, 2048);
-        batch.push_with(HEADROOM, "0.0.0.0:0".parse().unwrap(), |b| {
-            b[..packet.len()].copy_from_slice(&packet);
-            packet.len()
-        });
-        let now = self.now;
-        let dev = if from_a { &mut self.a } else { &mut self.b };
-        dev.encapsulate(now, &mut batch);
-        self.ship(from_a, &batch);
-    }
-
-    fn run(&mut self, span: Duration) {
-        let end = self.now + span;
-        while self.now < end {
-            self.now += Duration::from_millis(1);
-            let now = self.now;
-            let (due, later): (Vec<_>, Vec<_>) =
-                self.flight.drain(..).partition(|(at, _, _)| *at <= now);
-            self.flight = later;
-            for (_, to_b, bytes) in due {
-                let mut batch = PacketBatch::new(1, 2048);
-                let from: SocketAddr = if to_b { A_ADDR } else { B_ADDR }.parse().unwrap();
-                batch.push_with(0, from, |b| {
-                    b[..bytes.len()].copy_from_slice(&bytes);
-                    bytes.len()
-                });
-                let dev = if to_b { &mut self.b } else { &mut self.a };
-                dev.decapsulate(now, &mut batch);
-                let got = if to_b {
-                    &mut self.delivered_to_b
-                } else {
-                    &mut self.delivered_to_a
-                };
-                for i in 0..batch.len() {
-                    if !batch.packet(i).is_empty() {
-                        got.push(batch.packet(i).to_vec());
-                    }
-                }
-            }
-            for from_a in [true, false] {
-                let dev = if from_a { &mut self.a } else { &mut self.b };
-                dev.handle_timeout(now);
-                let mut out = PacketBatch::new(64, 2048);
-                loop {
-                    out.clear();
-                    let dev = if from_a { &mut self.a } else { &mut self.b };
-                    let more = dev.poll_transmit(now, &mut out);
-                    self.ship(from_a, &out);
-                    if !more {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-
-    /// Sends `payload` `n` times each way; checks every packet arrived
-    /// unchanged.
-    fn exchange(&mut self, n: usize, payload: &[u8]) {
-        for _ in 0..n {
-            self.send(true, payload);
-            self.send(false, payload);
-            self.run(Duration::from_millis(1));
-        }
-        self.run(Duration::from_millis(20));
-        assert_eq!(self.delivered_to_b.len(), n);
-        assert_eq!(self.delivered_to_a.len(), n);
-        let to_b = ip_packet(A_TUN, B_TUN, payload);
-        let to_a = ip_packet(B_TUN, A_TUN, payload);
-        assert!(self.delivered_to_b.iter().all(|p| *p == to_b));
-        assert!(self.delivered_to_a.iter().all(|p| *p == to_a));
-    }
-
-    fn counter(&self, of_a: bool, name: &str) -> u64 {
-        let info = if of_a { &self.a } else { &self.b }.peer_info(0).unwrap();
-        match name {
-            "compressed_tx" => info.counters.compressed_tx,
-            "compressed_rx" => info.counters.compressed_rx,
-            "decompress_failed" => info.counters.decompress_failed,
-            _ => unreachable!(),
-        }
-    }
-}
-
 /// Wire bytes per data message when sending `PACKET`-byte packets.
-fn wire_per_packet(a: End, b: End, payload: &[u8]) -> (Pair, f64, f64) {
-    let mut pair = Pair::new(a, b);
-    pair.exchange(50, payload);
+fn wire_per_packet(a: End, b: End, payload: &[u8]) -> (Net, f64, f64) {
+    let mut pair = pair(a, b);
+    exchange(&mut pair, 50, payload);
     let (wa, wb) = (
-        pair.wire_from_a as f64 / 50.0,
-        pair.wire_from_b as f64 / 50.0,
+        wire_from(&pair, A) as f64 / 50.0,
+        wire_from(&pair, B) as f64 / 50.0,
     );
     (pair, wa, wb)
 }
@@ -254,9 +155,9 @@ fn both_offering_lz4_shrinks_compressible_packets_on_the_wire() {
     let (pair, wa, wb) = wire_per_packet(LZ4, LZ4, &payload);
     eprintln!("text, lz4 both: {wa:.0} / {wb:.0} wire bytes per {PACKET}-byte packet");
     assert!(wa < PACKET as f64 / 4.0 && wb < PACKET as f64 / 4.0);
-    assert_eq!(pair.counter(true, "compressed_tx"), 50);
-    assert_eq!(pair.counter(false, "compressed_rx"), 50);
-    assert_eq!(pair.counter(false, "compressed_tx"), 50);
+    assert_eq!(counter(&pair, A, "compressed_tx"), 50);
+    assert_eq!(counter(&pair, B, "compressed_rx"), 50);
+    assert_eq!(counter(&pair, B, "compressed_tx"), 50);
     let (_, plain_a, _) = wire_per_packet(OFF, OFF, &payload);
     assert!(plain_a > PACKET as f64, "{plain_a}");
 }
@@ -268,7 +169,7 @@ fn incompressible_packets_go_as_they_are() {
     let (_, plain_a, _) = wire_per_packet(OFF, OFF, &payload);
     eprintln!("random: lz4 {wa:.0}, off {plain_a:.0} wire bytes per packet");
     assert_eq!(wa, plain_a);
-    assert_eq!(pair.counter(true, "compressed_tx"), 0);
+    assert_eq!(counter(&pair, A, "compressed_tx"), 0);
 }
 
 #[test]
@@ -284,8 +185,8 @@ fn no_compression_unless_both_offer_it() {
             wa > PACKET as f64 && wb > PACKET as f64,
             "case {i}: {wa} {wb}"
         );
-        for side in [true, false] {
-            assert_eq!(pair.counter(side, "compressed_tx"), 0, "case {i}");
+        for side in [A, B] {
+            assert_eq!(counter(&pair, side, "compressed_tx"), 0, "case {i}");
         }
     }
 }
@@ -294,37 +195,37 @@ fn no_compression_unless_both_offer_it() {
 fn a_peer_policy_overrides_the_interface() {
     let payload = text_payload(PACKET - 28);
     // Interfaces off, both peer entries on: compressed.
-    let mut on = Pair::with(OFF, OFF, |a, b| {
+    let mut on = pair_with(OFF, OFF, |a, b| {
         a.set_peer_compression(0, Some(CompressionPolicy::Lz4));
         b.set_peer_compression(0, Some(CompressionPolicy::Lz4));
     });
-    on.exchange(5, &payload);
-    assert_eq!(on.counter(true, "compressed_tx"), 5);
+    exchange(&mut on, 5, &payload);
+    assert_eq!(counter(&on, A, "compressed_tx"), 5);
     // Interfaces on, one peer entry off: plain.
-    let mut off = Pair::with(LZ4, LZ4, |a, _| {
+    let mut off = pair_with(LZ4, LZ4, |a, _| {
         a.set_peer_compression(0, Some(CompressionPolicy::Off));
     });
-    off.exchange(5, &payload);
-    assert_eq!(off.counter(true, "compressed_tx"), 0);
-    assert_eq!(off.counter(false, "compressed_tx"), 0);
+    exchange(&mut off, 5, &payload);
+    assert_eq!(counter(&off, A, "compressed_tx"), 0);
+    assert_eq!(counter(&off, B, "compressed_tx"), 0);
 }
 
 #[test]
 fn a_side_that_did_not_agree_refuses_compressed_packets() {
     let payload = text_payload(PACKET - 28);
-    let mut pair = Pair::new(LZ4, LZ4);
+    let mut pair = pair(LZ4, LZ4);
     // B withdraws after the hellos: A still compresses (B offered on this
     // session) until B says otherwise, and B must not open what it no
     // longer accepts.
-    pair.b.set_compression(CompressionPolicy::Off);
+    pair[B].device.set_compression(CompressionPolicy::Off);
     for _ in 0..10 {
-        pair.send(true, &payload);
-        pair.run(Duration::from_millis(1));
+        send(&mut pair, A, &payload);
+        pair.run_for(Duration::from_millis(1));
     }
-    pair.run(Duration::from_millis(20));
+    pair.run_for(Duration::from_millis(20));
     // B's next hello (it repeats them) no longer offers lz4, and A stops.
-    let compressed = pair.counter(true, "compressed_tx");
+    let compressed = counter(&pair, A, "compressed_tx");
     assert!(compressed >= 1, "{compressed}");
-    assert_eq!(pair.counter(false, "decompress_failed"), compressed);
-    assert_eq!(pair.delivered_to_b.len() as u64, 10 - compressed);
+    assert_eq!(counter(&pair, B, "decompress_failed"), compressed);
+    assert_eq!(pair[B].delivered.len() as u64, 10 - compressed);
 }
