@@ -1,5 +1,5 @@
-#![allow(clippy::disallowed_methods)] // tests pick an arbitrary origin for virtual time
-//! The reorder window behind simulated lines: a sender emits counters at a
+//! The reorder window behind simulated lines, in virtual time from
+//! `braid_core::testing::clock`: a sender emits counters at a
 //! steady rate over one or two seeded `LinkModel` lines (the same model the
 //! `braid netem` relay uses), the receiver runs WireGuard's replay check and
 //! then the window, firing its timer in virtual time, exactly as the daemon
@@ -18,6 +18,7 @@
 use braid_core::link::{Fate, JitterDist, LinkModel, LinkParams};
 use braid_core::reorder::{InsertOutcome, ReorderConfig, ReorderWindow};
 use braid_core::replay::ReplayWindow;
+use braid_core::testing::clock;
 use std::time::{Duration, Instant};
 
 const LEN: usize = 200;
@@ -157,7 +158,7 @@ impl Rx {
 }
 
 fn run(s: &Scenario) -> Outcome {
-    let t0 = Instant::now();
+    let t0 = clock::epoch();
     let mut lines: Vec<LinkModel> = s
         .lines
         .iter()

@@ -1,4 +1,3 @@
-#![allow(clippy::disallowed_methods)] // tests pick an arbitrary origin for virtual time
 //! Every table an outside packet stream, peer or path can grow stays within
 //! its named limit: each test offers ten times the limit and counts.
 
@@ -11,8 +10,9 @@ use braid_core::noise::{self, LocalStatic, RemoteStatic};
 use braid_core::path::MAX_PATHS;
 use braid_core::peer::Peer;
 use braid_core::reorder::{ReorderConfig, ReorderWindow};
+use braid_core::testing::{clock, device};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use x25519_dalek::StaticSecret;
 
 const TENFOLD: usize = 10;
@@ -20,13 +20,6 @@ const TENFOLD: usize = 10;
 fn source(n: usize) -> SocketAddr {
     let ip = u32::from(Ipv4Addr::new(198, 18, 100, 0)) + n as u32;
     SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), 40_000)
-}
-
-fn device(seed: u8) -> Device {
-    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let mut d = Device::new(Instant::now(), wall, [seed; 32]);
-    d.set_private_key(Some([seed.wrapping_mul(17); 32]));
-    d
 }
 
 /// An initiation from `from` to `to` (macs filled) with a given timestamp.
@@ -41,7 +34,7 @@ fn initiation(from: &LocalStatic, to: [u8; 32], seconds: u64, index: u32) -> [u8
         index,
         &mut msg,
     );
-    CookieState::new(&to).add_macs(Instant::now(), &mut msg);
+    CookieState::new(&to).add_macs(clock::epoch(), &mut msg);
     msg
 }
 
@@ -99,7 +92,7 @@ fn paths_per_peer_stop_at_max_paths() {
     let local = LocalStatic::new([3; 32]);
     let mut peer = Peer::new(&local, [4; 32]);
     peer.speaks_braid = true; // learns a path from every new source
-    let now = Instant::now();
+    let now = clock::epoch();
     for n in 0..TENFOLD * MAX_PATHS {
         peer.authenticated_rx(now, 0, source(n), 100);
         assert!(peer.paths.len() <= MAX_PATHS);
@@ -134,7 +127,7 @@ fn staged_packets_of_a_device_without_answer_stay_bounded() {
     a.set_endpoint(pid, source(1));
     a.add_allowed_ip(pid, IpAddr::V4(Ipv4Addr::new(198, 19, 0, 2)), 32)
         .unwrap();
-    let now = Instant::now();
+    let now = clock::epoch();
     let mut batch = PacketBatch::new(64, 2048);
     for _ in 0..(TENFOLD * MAX_STAGED_PACKETS) / 64 {
         batch.clear();
@@ -163,10 +156,10 @@ fn receiver_indices_stay_within_four_per_peer() {
     let a_key = LocalStatic::new([9; 32]);
     b.add_peer(a_key.public).unwrap();
     let b_pub = b.public_key().unwrap();
-    let t0 = Instant::now();
+    let t0 = clock::epoch();
     let spacing = Duration::from_secs(1) / INITIATIONS_PER_SECOND * 2;
     for n in 0..40u32 {
-        let msg = initiation(&a_key, b_pub, 1_800_000_000 + n as u64, n);
+        let msg = initiation(&a_key, b_pub, clock::WALL_SECS + n as u64, n);
         receive(&mut b, t0 + spacing * n, &[(source(0), &msg)]);
         assert!(b.index_count() <= 4, "after {n}: {}", b.index_count());
     }
@@ -197,7 +190,7 @@ fn queued_control_messages_stop_at_the_limit() {
     let strangers: Vec<_> = (0..16u8)
         .map(|i| initiation(&LocalStatic::new([i + 40; 32]), b_pub, 1, i as u32))
         .collect();
-    let now = Instant::now();
+    let now = clock::epoch();
     let offered = TENFOLD * MAX_QUEUED_CONTROL;
     for chunk in (0..offered).collect::<Vec<_>>().chunks(128) {
         let batch: Vec<(SocketAddr, &[u8])> = chunk
@@ -219,7 +212,7 @@ fn a_reorder_window_holds_at_most_its_capacity() {
     };
     let mut w = ReorderWindow::new(cfg.clone());
     w.set_live_paths(1);
-    let now = Instant::now();
+    let now = clock::epoch();
     w.delivered_in_place(now, 0, 0);
     // Counter 1 never comes: everything after it would wait.
     let packet = [0u8; 1000];

@@ -1,27 +1,21 @@
-#![allow(clippy::disallowed_methods)] // tests pick an arbitrary origin for virtual time
 //! Whatever arrives from the network or the TUN, the device neither panics
 //! nor delivers anything unauthenticated (a property test until the fuzz
 //! targets of a later issue exist).
 
 use braid_core::batch::{PacketBatch, HEADROOM};
 use braid_core::device::Device;
+use braid_core::testing::{self, clock};
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 fn device() -> (Device, Instant) {
-    let now = Instant::now();
-    let mut d = Device::new(
-        now,
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-        [3; 32],
-    );
-    d.set_private_key(Some([0x33; 32]));
+    let mut d = testing::device(3);
     let pid = d.add_peer([0x44; 32]).unwrap();
     d.set_endpoint(pid, "198.18.0.9:51820".parse().unwrap());
     d.add_allowed_ip(pid, IpAddr::V4(Ipv4Addr::new(198, 19, 0, 0)), 16)
         .unwrap();
-    (d, now)
+    (d, clock::epoch())
 }
 
 /// Datagrams that look like WireGuard messages (right type and length) with
