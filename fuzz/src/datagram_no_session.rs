@@ -13,14 +13,14 @@ pub fn run(data: &[u8]) {
     let flags = input.u8();
     if flags & 1 != 0 {
         // A starts a handshake: its index is live for responses and cookies.
-        let (now, pb) = (pair.now, pair.pb);
-        pair.a.set_persistent_keepalive(now, pb, 25);
+        let (now, pb) = (pair.now(), pair.pb);
+        pair.a_mut().set_persistent_keepalive(now, pb, 25);
         pair.transmit(true);
     }
     if flags & 2 != 0 {
-        pair.a.set_extensions(false);
+        pair.a_mut().set_extensions(false);
     }
-    let a_public = pair.a.public_key().expect("key set");
+    let a_public = pair.a().public_key().expect("key set");
     let mut steps = 0;
     while !input.is_empty() && steps < 64 {
         steps += 1;
@@ -30,7 +30,7 @@ pub fn run(data: &[u8]) {
             steer::fix_mac1(&mut msg, &a_public);
         }
         if how & 2 != 0 {
-            let pending = pair.a.peer(pair.pb).and_then(|p| p.handshake.as_ref());
+            let pending = pair.a().peer(pair.pb).and_then(|p| p.handshake.as_ref());
             if let Some(h) = pending {
                 steer::set_receiver(&mut msg, h.local_index);
                 if how & 1 != 0 {

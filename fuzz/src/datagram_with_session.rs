@@ -94,7 +94,7 @@ pub fn run(data: &[u8]) {
 
 /// A's receiving index of its current, previous or next session.
 fn a_index(pair: &Pair, which: u8) -> Option<u32> {
-    let p = pair.a.peer(pair.pb)?;
+    let p = pair.a().peer(pair.pb)?;
     let kp = match which % 3 {
         0 => p.keypairs.current.as_ref(),
         1 => p.keypairs.previous.as_ref(),
@@ -118,7 +118,7 @@ fn next_counter(input: &mut Input, last: u64) -> u64 {
 /// counter: an IP packet for A's TUN (from B's or a foreign address, IPv4
 /// or arbitrary bytes), a keepalive, or padding of any length.
 fn sealed_data(pair: &Pair, input: &mut Input, counter: u64) -> Option<Vec<u8>> {
-    let kp = pair.b.peer(pair.pa)?.keypairs.current.as_ref()?;
+    let kp = pair.b().peer(pair.pa)?.keypairs.current.as_ref()?;
     let shape = input.u8();
     let body = input.short_bytes();
     let plain = match shape % 5 {
@@ -152,7 +152,7 @@ fn sealed_data(pair: &Pair, input: &mut Input, counter: u64) -> Option<Vec<u8>> 
 /// An extension message B's current session really sealed, with a
 /// fuzzer-chosen counter and a well-formed or arbitrary payload.
 fn sealed_ext(pair: &Pair, input: &mut Input) -> Option<Vec<u8>> {
-    let kp = pair.b.peer(pair.pa)?.keypairs.current.as_ref()?;
+    let kp = pair.b().peer(pair.pa)?.keypairs.current.as_ref()?;
     let counter = u64::from(input.u16());
     let shape = input.u8();
     let body = ProbeBody {

@@ -13,14 +13,15 @@ use braid_core::consts::UNDER_LOAD_HANDSHAKES_PER_SECOND;
 use braid_core::cookie::{CookieChecker, CookieState};
 use braid_core::messages::{INITIATION_LEN, RESPONSE_LEN, TYPE_INITIATION};
 use braid_core::noise::{self, LocalStatic, RemoteStatic};
+use braid_core::testing::clock;
 use std::time::Duration;
 use x25519_dalek::StaticSecret;
 
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let mut pair = Pair::new();
-    let a_public = pair.a.public_key().expect("key set");
-    let b_public = pair.b.public_key().expect("key set");
+    let a_public = pair.a().public_key().expect("key set");
+    let b_public = pair.b().public_key().expect("key set");
     // What the forger knows: A's key (or a stranger's), B's public key.
     let a_local = LocalStatic::new(A_PRIVATE);
     let stranger = LocalStatic::new([0x33; 32]);
@@ -35,9 +36,9 @@ pub fn run(data: &[u8]) {
         match op % 10 {
             0 => {
                 // A initiates for real (or retries) and B hears it.
-                let (now, pb) = (pair.now, pair.pb);
-                pair.a.set_persistent_keepalive(now, pb, 0);
-                pair.a.set_persistent_keepalive(now, pb, 25);
+                let (now, pb) = (pair.now(), pair.pb);
+                pair.a_mut().set_persistent_keepalive(now, pb, 0);
+                pair.a_mut().set_persistent_keepalive(now, pb, 25);
                 for d in pair.transmit(true) {
                     if d.len() == INITIATION_LEN {
                         last_initiation = d.as_slice().try_into().ok();
@@ -55,15 +56,15 @@ pub fn run(data: &[u8]) {
                 let timestamp = if input.bool() {
                     input.array()
                 } else {
-                    let since = pair.now.saturating_duration_since(crate::pair::epoch());
-                    let secs = 1_800_000_000 + since.as_secs() + u64::from(input.u8() % 3);
+                    let since = pair.now().saturating_duration_since(clock::epoch());
+                    let secs = clock::WALL_SECS + since.as_secs() + u64::from(input.u8() % 3);
                     noise::tai64n(secs, since.subsec_nanos())
                 };
                 let ephemeral = StaticSecret::from(input.array::<32>());
                 let sender = input.u32();
                 let mut msg = [0u8; INITIATION_LEN];
                 noise::create_initiation(local, &remote, ephemeral, &timestamp, sender, &mut msg);
-                forger_cookie.add_macs(pair.now, &mut msg);
+                forger_cookie.add_macs(pair.now(), &mut msg);
                 if input.bool() {
                     steer::mutate(&mut input, &mut msg);
                     steer::fix_mac1(&mut msg, &b_public);
@@ -112,13 +113,13 @@ pub fn run(data: &[u8]) {
                 let mut rng = SeedRng(input.u64());
                 let mut reply = [0u8; 64];
                 let receiver = u32::from_le_bytes(ini[4..8].try_into().expect("4 bytes"));
-                checker.create_reply(pair.now, &ini, A_ADDR, receiver, &mut rng, &mut reply);
+                checker.create_reply(pair.now(), &ini, A_ADDR, receiver, &mut rng, &mut reply);
                 if input.bool() {
                     steer::mutate(&mut input, &mut reply);
                 }
                 pair.deliver(true, source(op >> 4), &[&reply]);
                 // The forger learns cookies the same way.
-                let _ = forger_cookie.consume_reply(pair.now, &reply);
+                let _ = forger_cookie.consume_reply(pair.now(), &reply);
             }
             5 => {
                 let ms = u64::from(input.u16()) * u64::from(input.u8() % 8 + 1);

@@ -10,6 +10,7 @@
 
 use crate::input::Input;
 use braid_core::reorder::{InsertOutcome, ReorderConfig, ReorderWindow, MAX_PATHS};
+use braid_core::testing::clock;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -101,7 +102,7 @@ pub fn run(data: &[u8]) {
         deliveries: 0,
         off: cfg.hold_ceiling.is_zero(),
     };
-    let mut now = crate::pair::epoch();
+    let mut now = clock::epoch();
     let mut last = 0u64;
     let mut steps = 0;
     while !input.is_empty() && steps < 2048 {
