@@ -59,6 +59,7 @@ pub struct InFlight {
     pub to: NodeId,
     /// The receiving socket's line.
     pub to_line: u16,
+    /// The line carrying it (`None`: the zero-delay wire).
     pub line: Option<usize>,
     pub bytes: Vec<u8>,
     /// The message type before any damage.
