@@ -114,7 +114,7 @@ impl PathMtu {
     }
 
     /// Whether the lines' MTUs are due to be looked up again (every
-    /// [`CEILING_REFRESH`]; at once on the first call).
+    /// `CEILING_REFRESH`; at once on the first call).
     pub fn ceilings_due(&self, now: Instant) -> bool {
         let mut next = self.next_refresh.lock().unwrap_or_else(|e| e.into_inner());
         if next.is_some_and(|t| now < t) {
