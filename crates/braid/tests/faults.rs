@@ -225,14 +225,14 @@ fn peer_restarted_tunnel_comes_back() {
         let pid = old.pid();
         // SAFETY: kill(2) on the braid this test started.
         unsafe { libc::kill(pid, libc::SIGKILL) };
-        old.wait_exit(SHORT);
+        old.wait_exit(LONG);
         drop(old);
         assert!(
-            wait_until(SHORT, || !nsb.has_link(&ifb)),
+            wait_until(LONG, || !nsb.has_link(&ifb)),
             "TUN outlived its daemon"
         );
         assert!(
-            wait_until(SHORT, || !sock_path(&ifb).exists()),
+            wait_until(LONG, || !sock_path(&ifb).exists()),
             "the guardian left the socket of a killed daemon"
         );
         eprintln!("[{test}] killed b's braid (pid {pid}), starting it again");

@@ -130,7 +130,7 @@ fn handshake_flood_brings_cookies_and_spares_tunnels() {
         ChildGuard::spawn(c, "tcpdump", &env.path("tcpdump.log"))
     };
     assert!(
-        wait_until(SHORT, || capture.log_text().contains("listening on")),
+        wait_until(LONG, || capture.log_text().contains("listening on")),
         "tcpdump did not start: {}",
         capture.log_text()
     );
@@ -144,7 +144,7 @@ fn handshake_flood_brings_cookies_and_spares_tunnels() {
         "the A–B tunnel did not come up"
     );
     assert!(
-        capture.wait_exit(SHORT).is_some(),
+        capture.wait_exit(LONG).is_some(),
         "tcpdump captured no initiation: {}",
         capture.log_text()
     );

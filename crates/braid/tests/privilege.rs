@@ -143,11 +143,11 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
     assert!(down.ok(), "braid down: {}", down.describe());
     assert!(!sock.exists(), "UAPI socket left behind");
     assert!(
-        wait_until(SHORT, || !nsa.has_link(&ifa)),
+        wait_until(LONG, || !nsa.has_link(&ifa)),
         "interface left behind"
     );
     assert!(
-        wait_until(SHORT, || !others.iter().any(|&p| pid_alive(p))),
+        wait_until(LONG, || !others.iter().any(|&p| pid_alive(p))),
         "guardian still running after the daemon stopped"
     );
 }

@@ -131,7 +131,7 @@ impl UdpSequence {
             receive_sequence(&socket, total, &done)
         });
         ready_rx
-            .recv_timeout(Duration::from_secs(10))
+            .recv_timeout(Duration::from_secs(60))
             .expect("sequence receiver did not start");
         let done = sender_done;
         let sender = in_netns(tx_ns, move || {
@@ -352,7 +352,7 @@ impl TcpTransfer {
             Ok((total, hex(hash.finish().as_ref())))
         });
         ready_rx
-            .recv_timeout(Duration::from_secs(10))
+            .recv_timeout(Duration::from_secs(60))
             .expect("TCP receiver did not start");
         let sender = in_netns(tx_ns, move || {
             let deadline = Instant::now() + Duration::from_secs(20);
