@@ -68,10 +68,6 @@ pub struct UpRequest {
     pub privileges: privilege::Privileges,
 }
 
-/// Kept for `tests/common`, which names the log here; the log's place is
-/// [`crate::background::log_path`].
-pub use crate::background::log_path;
-
 /// Turns a parsed config into the same `set` request the UAPI would send,
 /// so both paths configure the device identically.
 pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {

@@ -711,8 +711,11 @@ impl Relay {
             if n == 0 {
                 break;
             }
-            let now = Instant::now();
+            // Wall clock first: a preemption between the two reads then
+            // makes the arrival estimate late, never early (early would
+            // send a datagram before its delay is over).
             let wall = SystemTime::now();
+            let now = Instant::now();
             let dir = &mut self.dirs[UP];
             if dir.perfect {
                 // Fast path: re-address the batch and send it as it is.
@@ -815,8 +818,11 @@ impl Relay {
             if n == 0 {
                 break;
             }
-            let now = Instant::now();
+            // Wall clock first: a preemption between the two reads then
+            // makes the arrival estimate late, never early (early would
+            // send a datagram before its delay is over).
             let wall = SystemTime::now();
+            let now = Instant::now();
             if let Some(c) = self.io.clients.slots[slot as usize].as_mut() {
                 c.last_seen = now;
             }

@@ -1282,7 +1282,7 @@ impl Drop for BraidUp<'_> {
 /// /var/log/braid) next to `beside`, one of the test's files: shown if the
 /// test failed, removed with them otherwise.
 pub fn keep_daemon_log(ifname: &str, beside: &Path) {
-    let daemon_log = PathBuf::from(braid::daemon::log_path(ifname));
+    let daemon_log = PathBuf::from(braid::background::log_path(ifname));
     if daemon_log.exists() {
         let kept = beside.with_file_name(format!("{ifname}.daemon.log"));
         if fs::rename(&daemon_log, &kept).is_err() {
