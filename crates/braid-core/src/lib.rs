@@ -11,7 +11,6 @@ pub mod crypto;
 pub mod device;
 pub mod ext;
 pub mod icmp;
-pub mod link;
 pub mod messages;
 pub mod mss;
 pub mod noise;

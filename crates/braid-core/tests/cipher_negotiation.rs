@@ -4,9 +4,9 @@
 //! included), and data flows either way.
 
 use braid_core::cipher::{CipherPolicy, DataCipher};
-use braid_core::link::{LinkModel, LinkParams};
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::testing::{Net, NodeId, A, B};
+use braid_netem::link::{LinkModel, LinkParams};
 use std::time::Duration;
 
 const LATENCY: Duration = Duration::from_millis(1);

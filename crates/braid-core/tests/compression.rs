@@ -6,9 +6,9 @@
 
 use braid_core::compress::CompressionPolicy;
 use braid_core::device::Device;
-use braid_core::link::{LinkModel, LinkParams};
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::testing::{ipv4, Net, NodeId, A, B};
+use braid_netem::link::{LinkModel, LinkParams};
 use std::time::Duration;
 
 const LATENCY: Duration = Duration::from_millis(1);

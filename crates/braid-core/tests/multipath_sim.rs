@@ -10,9 +10,9 @@
 //! A knows both paths from its config; B learns them from authenticated
 //! traffic. Checks redundant, failover and aggregate behaviour.
 
-use braid_core::link::{LinkModel, LinkParams};
 use braid_core::path::Mode;
 use braid_core::testing::{Net, NodeId, Socket, A, B};
+use braid_netem::link::{LinkModel, LinkParams};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 

@@ -2,9 +2,9 @@
 //! MTU can change: path MTU discovery runs through real sealed, padded
 //! probes and their acks.
 
-use braid_core::link::{LinkModel, LinkParams};
 use braid_core::pmtud::PmtuState;
 use braid_core::testing::{ipv4, Net, Socket, A, B};
+use braid_netem::link::{LinkModel, LinkParams};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 

@@ -4,9 +4,9 @@
 //! end's TUN must be the rate (plus at most one burst and one queue), in
 //! order, whichever side sends.
 
-use braid_core::link::{LinkModel, LinkParams};
 use braid_core::shaper::{default_burst_bytes, default_queue_bytes};
 use braid_core::testing::{Net, NodeId, A, B};
+use braid_netem::link::{LinkModel, LinkParams};
 use std::time::Duration;
 
 const RATE: u64 = 8_000_000;

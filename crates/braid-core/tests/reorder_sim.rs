@@ -15,10 +15,10 @@
 //! losses (only counters no line delivered), the added latency (never more
 //! than the effective hold) and the memory bounds.
 
-use braid_core::link::{Fate, JitterDist, LinkModel, LinkParams};
 use braid_core::reorder::{InsertOutcome, ReorderConfig, ReorderWindow};
 use braid_core::replay::ReplayWindow;
 use braid_core::testing::clock;
+use braid_netem::link::{Fate, JitterDist, LinkModel, LinkParams};
 use std::time::{Duration, Instant};
 
 const LEN: usize = 200;

@@ -8,9 +8,9 @@
 //! corruption, cuts — can be put under the protocol here.
 
 use braid_core::consts::*;
-use braid_core::link::{JitterDist, LinkModel, LinkParams};
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::testing::{Net, NodeId, Refusals, Socket, A, B};
+use braid_netem::link::{JitterDist, LinkModel, LinkParams};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 

@@ -48,7 +48,7 @@ struct Args {
 }
 
 fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
-    use crate::netem::args::parse_duration;
+    use braid_netem::units::duration as parse_duration;
     let mut target = None;
     let mut a = Args {
         target: IpAddr::from([0, 0, 0, 0]),

@@ -25,6 +25,7 @@ use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use braid_core::cipher::CipherPolicy;
 use braid_core::compress::CompressionPolicy;
 use braid_core::path::{Mode, MAX_PATHS};
+use braid_netem::units;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -539,7 +540,7 @@ impl PeerBuilder {
             "ratelimit" => set_once(
                 &mut self.rate_limit,
                 "RateLimit",
-                braid_core::shaper::parse_rate(value),
+                parse_rate_limit(value),
                 line,
             ),
             _ => Err(key_err(raw_key, "unknown key in [Peer] section")),
@@ -861,36 +862,26 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     }
 }
 
-/// A duration such as `333ms`, `1s`, `500us` or `0`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    if s == "0" {
-        return Ok(Duration::ZERO);
+/// `RateLimit`: a rate in bits per second in the strict reading of
+/// [`braid_netem::units`] (`50mbit`, `1.5gbit`; tc's byte units such as
+/// `mbps` are refused rather than guessed), within what the shaper takes.
+fn parse_rate_limit(s: &str) -> Result<u64, String> {
+    use braid_core::shaper::{format_rate, MAX_RATE_BITS, MIN_RATE_BITS};
+    let bits = units::rate("RateLimit", s, units::Mode::Strict).map_err(|e| e.message)?;
+    if !(MIN_RATE_BITS..=MAX_RATE_BITS).contains(&bits) {
+        return Err(format!(
+            "rate {s:?} is outside {} to {}",
+            format_rate(MIN_RATE_BITS),
+            format_rate(MAX_RATE_BITS)
+        ));
     }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 333ms, 1s, 500us)"))?;
-    let scale = match unit {
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "" => return Err(format!("duration {s:?} needs a unit (us, ms or s)")),
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {s:?} (expected us, ms or s)"
-            ))
-        }
-    };
-    // `from_secs_f64` panics past u64::MAX seconds (a digit string that
-    // long parses fine as f64): found by the `config` fuzz target.
-    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("duration {s:?} is too long"))
+    Ok(bits)
 }
 
+/// `ReorderHold`: a duration in [`braid_netem::units`]' grammar (`333ms`,
+/// `1s`, `500us`, `0`), at most [`MAX_REORDER_HOLD`].
 fn parse_hold(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
+    let d = units::duration("ReorderHold", s).map_err(|e| e.message)?;
     if d > MAX_REORDER_HOLD {
         return Err(format!(
             "{s:?} is above the maximum of {}s",
@@ -1393,13 +1384,73 @@ mod tests {
     #[test]
     fn overlong_duration_is_an_error_not_a_panic() {
         let digits = format!("{}100ms", "0".repeat(22) + "2" + &"0".repeat(60));
-        assert!(parse_duration(&digits).unwrap_err().contains("too long"));
-        assert!(parse_duration("99999999999999999999s").is_err());
+        assert!(parse_hold(&digits).unwrap_err().contains("too long"));
+        assert!(parse_hold("99999999999999999999s").is_err());
         let text = format!(
             "[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {}\nReorderHold = {digits}\n",
             pk(SK2)
         );
         let e = parse(&text).unwrap_err().to_string();
         assert!(e.contains("ReorderHold") && e.contains("too long"), "{e}");
+    }
+
+    /// `RateLimit` (moved from braid-core's shaper with the grammar): bits
+    /// only, within the shaper's range.
+    #[test]
+    fn rate_limit_case_table() {
+        let good = [
+            ("50mbit", 50_000_000),
+            ("50Mbit", 50_000_000),
+            ("50 mbit", 50_000_000),
+            ("1.5gbit", 1_500_000_000),
+            ("100kbit", 100_000),
+            ("8000bit", 8_000),
+            ("1000gbit", 1_000_000_000_000),
+        ];
+        for (s, want) in good {
+            assert_eq!(parse_rate_limit(s), Ok(want), "{s}");
+        }
+        let bad = [
+            ("50", "needs a unit"),
+            ("", "not a rate"),
+            ("50mbps", "bytes per second"),
+            ("50kbps", "bytes per second"),
+            ("50mb", "unknown unit"),
+            ("fast", "not a rate"),
+            ("mbit", "not a rate"),
+            ("1.2.3mbit", "not a rate"),
+            ("0mbit", "outside"),
+            ("0", "outside"),
+            ("7999bit", "outside"),
+            ("1001gbit", "outside"),
+            ("-5mbit", "negative"),
+        ];
+        for (s, want) in bad {
+            let e = parse_rate_limit(s).expect_err(s);
+            assert!(e.contains(want), "{s}: {e}");
+        }
+        for (bits, s) in [
+            (50_000_000, "50mbit"),
+            (1_500_000_000, "1.5gbit"),
+            (12_345_000, "12.345mbit"),
+        ] {
+            assert_eq!(braid_core::shaper::format_rate(bits), s);
+            assert_eq!(parse_rate_limit(s), Ok(bits));
+        }
+        let text = format!(
+            "[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {}\nRateLimit = 10mbps\n",
+            pk(SK2)
+        );
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("RateLimit") && e.contains("bytes per second"),
+            "{e}"
+        );
+        let text = format!(
+            "[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {}\nReorderHold = 5\n",
+            pk(SK2)
+        );
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(e.contains("ReorderHold") && e.contains("no unit"), "{e}");
     }
 }

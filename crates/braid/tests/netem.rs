@@ -15,7 +15,7 @@
 //! more bytes pass a rate cap than the time since the first was sent
 //! allows.
 
-use braid_core::link::{Fate, LinkModel};
+use braid_netem::link::{Fate, LinkModel};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, UdpSocket};

@@ -15,7 +15,7 @@
 //!   198.19.0.(n + 1); [`Net::peers`] makes two nodes peers. A datagram
 //!   leaves from the socket of its slot's line and goes to the node that
 //!   owns its destination address (none: it leaves the net, captured).
-//! - **Lines** ([`Net::connect`]): one seeded [`LinkModel`](crate::link)
+//! - **Lines** ([`Net::connect`]): one seeded [`LinkModel`](braid_netem::link::LinkModel)
 //!   per direction, the model the `braid netem` relay uses, so every
 //!   impairment it makes can be put under the protocol. Sockets no line
 //!   joins talk over a zero-delay wire.

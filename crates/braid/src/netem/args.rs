@@ -3,15 +3,17 @@
 //! Everything that can be wrong with the arguments is found here, before a
 //! socket is opened, and every error names the flag and the value.
 //!
-//! Units follow tc's conventions:
-//! - durations: `us`, `ms`, `s` (`20ms`, `1.5s`); a bare number is rejected
-//!   because tc and humans disagree on its unit;
+//! Units are [`braid_netem::units`]' grammar in tc's reading
+//! ([`Mode::Tc`]):
+//! - durations: `us`, `ms`, `s` (`20ms`, `1.5s`); a bare number other than
+//!   `0` is rejected because tc and humans disagree on its unit;
 //! - rates: `bit`, `kbit`, `mbit`, `gbit` (bits per second, powers of 1000),
 //!   and `bps`, `kbps`, `mbps`, `gbps`, which are *bytes* per second as in tc;
 //! - probabilities: `1%` or a fraction `0.01`;
 //! - sizes (`--queue`): `b`, `kb`, `mb` (tc's powers of 1024).
 
-use braid_core::link::{JitterDist, LinkParams, QueueLimit};
+use braid_netem::link::{JitterDist, LinkParams, QueueLimit};
+use braid_netem::units::{self, Mode};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -115,13 +117,13 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
             }
             "--cut-at" | "--restore-at" => {
                 let v = it.value(&flag)?;
-                let at = parse_duration(&flag, &v)?;
+                let at = units::duration(&flag, &v)?;
                 events.push((at, flag == "--cut-at", v));
             }
             "--control" => control = Some(PathBuf::from(it.value(&flag)?)),
             "--stats-interval" => {
                 let v = it.value(&flag)?;
-                let d = parse_duration(&flag, &v)?;
+                let d = units::duration(&flag, &v)?;
                 if d < Duration::from_millis(1) {
                     return Err(format!("{flag}: {v:?} is too short (at least 1ms)"));
                 }
@@ -131,7 +133,7 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
             "--realtime" => realtime = true,
             "--duration" => {
                 let v = it.value(&flag)?;
-                duration = Some(parse_duration(&flag, &v)?);
+                duration = Some(units::duration(&flag, &v)?);
             }
             "--max-clients" => {
                 let v = it.value(&flag)?;
@@ -225,8 +227,8 @@ fn direction(name: &str, base: &LinkParams, spec: Option<&str>) -> Result<LinkPa
 /// Applies one impairment flag; false when `flag` is not one.
 fn apply_impairment(p: &mut LinkParams, flag: &str, it: &mut Flags) -> Result<bool, String> {
     match flag {
-        "--delay" => p.delay = parse_duration(flag, &it.value(flag)?)?,
-        "--jitter" => p.jitter = parse_duration(flag, &it.value(flag)?)?,
+        "--delay" => p.delay = units::duration(flag, &it.value(flag)?)?,
+        "--jitter" => p.jitter = units::duration(flag, &it.value(flag)?)?,
         "--jitter-dist" => {
             let v = it.value(flag)?;
             p.jitter_dist = match v.to_ascii_lowercase().as_str() {
@@ -236,7 +238,7 @@ fn apply_impairment(p: &mut LinkParams, flag: &str, it: &mut Flags) -> Result<bo
             }
         }
         "--no-reorder" => p.reorder = false,
-        "--loss" => p.loss = parse_probability(flag, &it.value(flag)?)?,
+        "--loss" => p.loss = units::probability(flag, &it.value(flag)?)?,
         "--loss-burst" => {
             let v = it.value(flag)?;
             match v.parse::<f64>() {
@@ -248,9 +250,15 @@ fn apply_impairment(p: &mut LinkParams, flag: &str, it: &mut Flags) -> Result<bo
                 }
             }
         }
-        "--dup" => p.duplicate = parse_probability(flag, &it.value(flag)?)?,
-        "--corrupt" => p.corrupt = parse_probability(flag, &it.value(flag)?)?,
-        "--rate" => p.rate_bps = Some(parse_rate(flag, &it.value(flag)?)?),
+        "--dup" => p.duplicate = units::probability(flag, &it.value(flag)?)?,
+        "--corrupt" => p.corrupt = units::probability(flag, &it.value(flag)?)?,
+        "--rate" => {
+            let v = it.value(flag)?;
+            match units::rate(flag, &v, Mode::Tc)? {
+                0 => return Err(format!("{flag}: {v:?} must be above 0")),
+                r => p.rate_bps = Some(r),
+            }
+        }
         "--queue" => {
             let v = it.value(flag)?;
             p.queue = parse_queue(flag, &v)?;
@@ -349,133 +357,15 @@ fn parse_addr(flag: &str, v: &str) -> Result<SocketAddr, String> {
         })
 }
 
-/// Splits "12.5ms" into (12.5, "ms"); errors name the flag.
-fn number_unit<'v>(flag: &str, v: &'v str, what: &str) -> Result<(f64, &'v str), String> {
-    let t = v.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let x: f64 = num
-        .parse()
-        .map_err(|_| format!("{flag}: {v:?} is not a {what}"))?;
-    if !x.is_finite() {
-        return Err(format!("{flag}: {v:?} is not a {what}"));
-    }
-    if x < 0.0 {
-        return Err(format!("{flag}: {v:?} is negative"));
-    }
-    Ok((x, unit.trim()))
-}
-
-pub fn parse_duration(flag: &str, v: &str) -> Result<Duration, String> {
-    let (x, unit) = number_unit(flag, v, "duration")?;
-    let scale = match unit.to_ascii_lowercase().as_str() {
-        "us" | "µs" | "usec" => 1e-6,
-        "ms" | "msec" => 1e-3,
-        "s" | "sec" => 1.0,
-        "" => {
-            return Err(format!(
-                "{flag}: {v:?} has no unit (write {v}ms, {v}us or {v}s)"
-            ))
-        }
-        _ => return Err(format!("{flag}: unknown unit in {v:?} (use us, ms or s)")),
-    };
-    let secs = x * scale;
-    if secs > 1e9 {
-        return Err(format!("{flag}: {v:?} is too long"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// Bits per second.
-pub fn parse_rate(flag: &str, v: &str) -> Result<u64, String> {
-    let (x, unit) = number_unit(flag, v, "rate")?;
-    let bits_per = match unit.to_ascii_lowercase().as_str() {
-        "bit" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        "tbit" => 1e12,
-        // tc: "bps" is bytes per second.
-        "bps" => 8.0,
-        "kbps" => 8e3,
-        "mbps" => 8e6,
-        "gbps" => 8e9,
-        "" => return Err(format!("{flag}: {v:?} has no unit (write e.g. {v}mbit)")),
-        _ => {
-            return Err(format!(
-                "{flag}: unknown unit in {v:?} (use bit, kbit, mbit, gbit; bps, kbps, mbps, gbps are bytes/s)"
-            ))
-        }
-    };
-    let r = (x * bits_per).round();
-    if r < 1.0 {
-        return Err(format!("{flag}: {v:?} must be above 0"));
-    }
-    // `as` would quietly turn a larger rate into u64::MAX bits/s.
-    if !r.is_finite() || r >= u64::MAX as f64 {
-        return Err(format!("{flag}: {v:?} is too large"));
-    }
-    Ok(r as u64)
-}
-
-/// A probability from "1%" or "0.01".
-pub fn parse_probability(flag: &str, v: &str) -> Result<f64, String> {
-    let t = v.trim();
-    let (num, pct) = match t.strip_suffix('%') {
-        Some(n) => (n.trim(), true),
-        None => (t, false),
-    };
-    let x: f64 = num
-        .parse()
-        .ok()
-        .filter(|x: &f64| x.is_finite())
-        .ok_or_else(|| format!("{flag}: {v:?} is not a percentage (e.g. 1% or 0.01)"))?;
-    let p = if pct { x / 100.0 } else { x };
-    if p < 0.0 {
-        return Err(format!("{flag}: {v:?} is negative"));
-    }
-    if p > 1.0 {
-        return Err(format!(
-            "{flag}: {v:?} is above 100%{}",
-            if pct {
-                ""
-            } else {
-                " (a bare number is a fraction: 0.01 = 1%)"
-            }
-        ));
-    }
-    Ok(p)
-}
-
 /// `--queue`: a time (`50ms`) or a size (`64kb`).
 pub fn parse_queue(flag: &str, v: &str) -> Result<QueueLimit, String> {
-    let (x, unit) = number_unit(flag, v, "queue length")?;
-    let bytes_per = match unit.to_ascii_lowercase().as_str() {
-        "us" | "ms" | "s" => return parse_duration(flag, v).map(QueueLimit::Time),
-        "b" => 1.0,
-        "kb" | "k" => 1024.0,
-        "mb" | "m" => 1024.0 * 1024.0,
-        "" => {
-            return Err(format!(
-                "{flag}: {v:?} has no unit (a time like 50ms or a size like 64kb)"
-            ))
-        }
-        _ => {
-            return Err(format!(
-                "{flag}: unknown unit in {v:?} (a time in us/ms/s or a size in b/kb/mb)"
-            ))
-        }
-    };
-    let b = (x * bytes_per).round();
-    if b < 1.0 {
-        return Err(format!("{flag}: {v:?} must be above 0"));
+    if units::is_duration(v) {
+        return Ok(QueueLimit::Time(units::duration(flag, v)?));
     }
-    if !b.is_finite() || b >= u64::MAX as f64 {
-        return Err(format!("{flag}: {v:?} is too large"));
+    match units::size(flag, v)? {
+        0 => Err(format!("{flag}: {v:?} must be above 0")),
+        b => Ok(QueueLimit::Bytes(b)),
     }
-    Ok(QueueLimit::Bytes(b as u64))
 }
 
 fn random_seed() -> u64 {
@@ -546,48 +436,39 @@ mod tests {
 
     const BASE: &str = "--listen 127.0.0.1:1 --to 127.0.0.1:2";
 
+    /// The grammar itself is tested in `braid_netem::units`; here, that
+    /// the flags read it in tc's way and name themselves.
     #[test]
     fn units() {
-        assert_eq!(
-            parse_duration("--d", "20ms").unwrap(),
-            Duration::from_millis(20)
-        );
-        assert_eq!(
-            parse_duration("--d", "1.5s").unwrap(),
-            Duration::from_millis(1500)
-        );
-        assert_eq!(
-            parse_duration("--d", "250us").unwrap(),
-            Duration::from_micros(250)
-        );
-        assert!(parse_duration("--d", "20").unwrap_err().contains("no unit"));
-        assert!(parse_duration("--d", "-5ms")
-            .unwrap_err()
-            .contains("negative"));
-        assert!(parse_duration("--d", "5h")
-            .unwrap_err()
-            .contains("unknown unit"));
-        assert_eq!(parse_rate("--r", "100mbit").unwrap(), 100_000_000);
-        assert_eq!(parse_rate("--r", "1gbit").unwrap(), 1_000_000_000);
-        assert_eq!(parse_rate("--r", "10kbps").unwrap(), 80_000);
-        assert!(parse_rate("--r", "10mbyte").is_err());
-        // Past u64: an error, not a rate silently capped at u64::MAX.
-        let e = parse_rate("--r", "99999999999999999999tbit").unwrap_err();
-        assert!(e.contains("--r") && e.contains("too large"), "{e}");
-        let e = parse_queue("--q", "99999999999999999999mb").unwrap_err();
-        assert!(e.contains("--q") && e.contains("too large"), "{e}");
-        assert_eq!(parse_probability("--l", "1%").unwrap(), 0.01);
-        assert_eq!(parse_probability("--l", "0.25").unwrap(), 0.25);
-        assert!(parse_probability("--l", "150%").is_err());
-        assert!(parse_probability("--l", "2").is_err());
-        assert_eq!(
-            parse_queue("--q", "64kb").unwrap(),
-            QueueLimit::Bytes(65536)
-        );
+        let c = parse(&args(&format!(
+            "{BASE} --delay 20ms --jitter 250us --rate 10kbps --loss 1% --queue 64kb"
+        )))
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.up.delay, Duration::from_millis(20));
+        assert_eq!(c.up.jitter, Duration::from_micros(250));
+        assert_eq!(c.up.rate_bps, Some(80_000));
+        assert_eq!(c.up.loss, 0.01);
+        assert_eq!(c.up.queue, QueueLimit::Bytes(65536));
         assert_eq!(
             parse_queue("--q", "50ms").unwrap(),
             QueueLimit::Time(Duration::from_millis(50))
         );
+        let e = parse_queue("--q", "99999999999999999999mb").unwrap_err();
+        assert!(e.contains("--q") && e.contains("too large"), "{e}");
+        let e = err(&format!("{BASE} --rate 99999999999999999999tbit"));
+        assert!(e.contains("--rate") && e.contains("too large"), "{e}");
+        let e = err(&format!("{BASE} --delay 20"));
+        assert!(e.contains("--delay") && e.contains("no unit"), "{e}");
+        for zero in ["--rate 0mbit", "--rate 0.4bit", "--queue 0kb"] {
+            let e = err(&format!("{BASE} {zero}"));
+            assert!(
+                e.contains(zero.split(' ').next().unwrap()) && e.contains("above 0"),
+                "{e}"
+            );
+        }
+        let e = err(&format!("{BASE} --rate 10mbyte"));
+        assert!(e.contains("--rate") && e.contains("unknown unit"), "{e}");
     }
 
     #[test]

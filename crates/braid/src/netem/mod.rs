@@ -1,6 +1,6 @@
 //! `braid netem`: a userspace link-impairment emulator (a UDP relay that
 //! delays, jitters, reorders, loses, duplicates, corrupts, rate-limits,
-//! MTU-limits and cuts), built on [`braid_core::link::LinkModel`] so the
+//! MTU-limits and cuts), built on [`braid_netem::link::LinkModel`] so the
 //! simulator of the protocol tests and real runs share one line model.
 //!
 //! - [`args`]: the command line and its units;

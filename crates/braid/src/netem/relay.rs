@@ -27,8 +27,8 @@ use super::args::{self, Config};
 use super::control::{Command, ControlServer, Epoll, Signals};
 use super::stats::{DirStats, Dropped, Stats};
 use braid_core::batch::PacketBatch;
-use braid_core::link::{apply_corruption, Delivery, Fate, LinkModel};
 use braid_io::UdpSocket;
+use braid_netem::link::{apply_corruption, Delivery, Fate, LinkModel};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::io;
@@ -454,7 +454,7 @@ impl Relay {
             }
             None => None,
         };
-        let dir = |p: &braid_core::link::LinkParams, seed: u64| Direction {
+        let dir = |p: &braid_netem::link::LinkParams, seed: u64| Direction {
             perfect: p.is_perfect(),
             model: LinkModel::new(p.clone(), seed),
             heap: BinaryHeap::with_capacity(Pool::capacity()),
