@@ -3,11 +3,16 @@
 //! MTU-limits and cuts), built on [`braid_netem::link::LinkModel`] so the
 //! simulator of the protocol tests and real runs share one line model.
 //!
-//! - [`args`]: the command line and its units;
+//! - [`args`]: the command line (its units are [`braid_netem::units`]);
 //! - [`relay`]: the batched epoll relay with its delay line;
 //! - [`control`]: epoll, signals and the `--control` socket;
 //! - [`stats`]: the counters and how they are printed;
-//! - [`bench`]: `braid bench netem`.
+//! - [`bench`](mod@bench): `braid bench netem`.
+//!
+//! The relay stays here rather than in braid-netem: it sends through
+//! braid-io's batched sockets, braid-io builds on braid-core (for
+//! `PacketBatch`), and braid-core's simulator builds on braid-netem, so
+//! braid-netem → braid-io would close a cycle.
 
 pub mod args;
 pub mod bench;
