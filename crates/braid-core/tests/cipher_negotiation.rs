@@ -6,7 +6,7 @@
 use braid_core::cipher::{CipherPolicy, DataCipher};
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::testing::{Net, NodeId, A, B};
-use braid_netem::link::{LinkModel, LinkParams};
+use braid_netem::link::LinkParams;
 use std::time::Duration;
 
 const LATENCY: Duration = Duration::from_millis(1);
@@ -40,12 +40,7 @@ fn pair(a_end: End, b_end: End) -> Net {
         delay: LATENCY,
         ..LinkParams::default()
     };
-    net.connect(
-        (A, 0),
-        (B, 0),
-        LinkModel::new(line.clone(), 1),
-        LinkModel::new(line, 2),
-    );
+    net.connect_alike((A, 0), (B, 0), line);
     net
 }
 

@@ -8,7 +8,7 @@ use braid_core::compress::CompressionPolicy;
 use braid_core::device::Device;
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::testing::{ipv4, Net, NodeId, A, B};
-use braid_netem::link::{LinkModel, LinkParams};
+use braid_netem::link::LinkParams;
 use std::time::Duration;
 
 const LATENCY: Duration = Duration::from_millis(1);
@@ -52,12 +52,7 @@ fn pair_with(a_end: End, b_end: End, setup: impl FnOnce(&mut Device, &mut Device
         delay: LATENCY,
         ..LinkParams::default()
     };
-    net.connect(
-        (A, 0),
-        (B, 0),
-        LinkModel::new(line.clone(), 1),
-        LinkModel::new(line, 2),
-    );
+    net.connect_alike((A, 0), (B, 0), line);
     // Handshake and hellos.
     send(&mut net, A, &[0; 10]);
     net.run_for(Duration::from_millis(300));

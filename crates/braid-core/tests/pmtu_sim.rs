@@ -26,12 +26,7 @@ fn net(line: LinkParams) -> Net {
     net[B].device.add_allowed_ip(pa, any, 0).unwrap();
     let now = net.now;
     net[A].device.set_persistent_keepalive(now, pb, 25);
-    net.connect(
-        (A, 1),
-        (B, 0),
-        LinkModel::new(line.clone(), 1),
-        LinkModel::new(line, 2),
-    );
+    net.connect_alike((A, 1), (B, 0), line);
     net.flush(A);
     net
 }

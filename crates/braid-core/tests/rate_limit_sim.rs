@@ -6,7 +6,7 @@
 
 use braid_core::shaper::{default_burst_bytes, default_queue_bytes};
 use braid_core::testing::{Net, NodeId, A, B};
-use braid_netem::link::{LinkModel, LinkParams};
+use braid_netem::link::LinkParams;
 use std::time::Duration;
 
 const RATE: u64 = 8_000_000;
@@ -23,12 +23,7 @@ fn pair() -> Net {
         delay: Duration::from_millis(1),
         ..LinkParams::default()
     };
-    net.connect(
-        (A, 0),
-        (B, 0),
-        LinkModel::new(line.clone(), 1),
-        LinkModel::new(line, 2),
-    );
+    net.connect_alike((A, 0), (B, 0), line);
     send(&mut net, A, u64::MAX);
     net.run_for(Duration::from_millis(300));
     send(&mut net, B, u64::MAX);

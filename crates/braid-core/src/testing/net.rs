@@ -7,7 +7,7 @@ use super::{clock, device, NodeId};
 use crate::batch::{PacketBatch, HEADROOM};
 use crate::device::{Device, PeerInfo};
 use crate::peer::PeerId;
-use braid_netem::link::{apply_corruption, Fate, LinkModel};
+use braid_netem::link::{apply_corruption, Fate, LinkModel, LinkParams};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::{Index, IndexMut};
@@ -204,6 +204,18 @@ impl Net {
             links: [there, back],
         });
         self.lines.len() - 1
+    }
+
+    /// [`connect`](Self::connect) with the same impairments both ways, each
+    /// direction drawing from its own fixed seed (1 there, 2 back).
+    pub fn connect_alike(
+        &mut self,
+        a: (NodeId, u16),
+        b: (NodeId, u16),
+        params: LinkParams,
+    ) -> usize {
+        let back = LinkModel::new(params.clone(), 2);
+        self.connect(a, b, LinkModel::new(params, 1), back)
     }
 
     /// The link of `line` in the direction of node `towards`.
