@@ -152,7 +152,7 @@ impl Tun {
     /// descriptor and the name the kernel chose.
     fn open(name: &str, vnet_hdr: bool) -> io::Result<(OwnedFd, String)> {
         // SAFETY: the path is a NUL-terminated literal; flags are valid.
-        let fd = crate::cvt(unsafe {
+        let fd = crate::sys::cvt(unsafe {
             libc::open(
                 c"/dev/net/tun".as_ptr(),
                 libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
@@ -176,7 +176,7 @@ impl Tun {
         ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `ifr`
         // is, and it outlives the call.
-        crate::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) })
+        crate::sys::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) })
             .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name:?}: {e}")))?;
 
         let name_bytes: Vec<u8> = ifr
@@ -194,9 +194,9 @@ impl Tun {
         let size = VNET_HDR_LEN as libc::c_int;
         // SAFETY: TUNSETVNETHDRSZ reads one int through the pointer, which
         // points at `size` for the duration of the call.
-        crate::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size) })?;
+        crate::sys::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &size) })?;
         // SAFETY: TUNSETOFFLOAD takes the flags as the argument value itself.
-        crate::cvt(unsafe {
+        crate::sys::cvt(unsafe {
             libc::ioctl(
                 fd.as_raw_fd(),
                 libc::TUNSETOFFLOAD,
@@ -334,7 +334,7 @@ impl Tun {
         loop {
             // SAFETY: `buf` is a live, writable buffer of `buf.len()` bytes.
             let r = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            return match crate::cvt_size(r) {
+            return match crate::sys::cvt_size(r) {
                 Ok(0) => Ok(Step::WouldBlock),
                 Ok(len) => Ok(Step::Done(len.min(buf.len()))),
                 Err(e) => match e.raw_os_error() {
@@ -351,7 +351,7 @@ impl Tun {
             // SAFETY: `pkt` is a live buffer of `pkt.len()` bytes; write only
             // reads it.
             let r = unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
-            return match crate::cvt_size(r) {
+            return match crate::sys::cvt_size(r) {
                 Ok(len) => Ok(Step::Done(len)),
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,

@@ -17,7 +17,8 @@ pub struct Waker {
 impl Waker {
     pub fn new() -> io::Result<Waker> {
         // SAFETY: eventfd takes no pointers; the flags are valid constants.
-        let fd = crate::cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        let fd =
+            crate::sys::cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
         // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Waker { fd })
@@ -34,7 +35,7 @@ impl Waker {
                 std::mem::size_of::<u64>(),
             )
         };
-        match crate::cvt_size(r) {
+        match crate::sys::cvt_size(r) {
             Ok(_) => Ok(()),
             // The counter is saturated: it is readable already, which is all
             // a wake means.
@@ -54,7 +55,7 @@ impl Waker {
                 std::mem::size_of::<u64>(),
             )
         };
-        match crate::cvt_size(r) {
+        match crate::sys::cvt_size(r) {
             Ok(_) => Ok(v != 0),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
             Err(e) => Err(e),

@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::{cvt, setsockopt_int};
+use crate::sys::{cvt, setsockopt_int};
 
 /// Token of the listening socket in the epoll set.
 pub const LISTENER: u64 = u64::MAX;
@@ -259,7 +259,7 @@ pub fn send_vectored(fd: RawFd, iov: &mut [libc::iovec]) -> io::Result<usize> {
     // SAFETY: `msg` points at `iov`, whose entries point at buffers the
     // caller keeps alive for the call; the kernel only reads them.
     let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-    crate::cvt_size(n)
+    crate::sys::cvt_size(n)
 }
 
 fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {

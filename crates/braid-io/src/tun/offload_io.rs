@@ -289,7 +289,7 @@ impl Tun {
                     iovs.len() as libc::c_int,
                 )
             };
-            return match crate::cvt_size(r) {
+            return match crate::sys::cvt_size(r) {
                 Ok(0) => Ok(Step::WouldBlock),
                 Ok(len) => Ok(Step::Done(len)),
                 Err(e) => match e.raw_os_error() {
@@ -312,7 +312,7 @@ impl Tun {
                     iovs.len() as libc::c_int,
                 )
             };
-            return match crate::cvt_size(r) {
+            return match crate::sys::cvt_size(r) {
                 Ok(len) => Ok(Step::Done(len)),
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,

@@ -329,7 +329,7 @@ impl UdpSocket {
                     std::ptr::null_mut(),
                 )
             };
-            match crate::cvt(r) {
+            match crate::sys::cvt(r) {
                 Ok(n) => return Ok(n as usize),
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EINTR) => continue,

@@ -252,7 +252,7 @@ impl UdpSocket {
                     libc::MSG_DONTWAIT,
                 )
             };
-            match crate::cvt(r) {
+            match crate::sys::cvt(r) {
                 // n <= count - pos: sendmmsg never reports more messages
                 // than it was given.
                 Ok(n) => {

@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime};
 
 use braid_core::batch::PacketBatch;
 
-use crate::setsockopt_int;
+use crate::sys::setsockopt_int;
 
 use addr::{decode_addr, encode_addr};
 pub use cmsg::arrival_time;
@@ -104,7 +104,7 @@ impl UdpSocket {
         };
         let ipv6 = domain == libc::AF_INET6;
         // SAFETY: socket takes no pointers; the arguments are valid constants.
-        let fd = crate::cvt(unsafe {
+        let fd = crate::sys::cvt(unsafe {
             libc::socket(
                 domain,
                 libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
@@ -120,7 +120,7 @@ impl UdpSocket {
         }
         if let Some(dev) = device {
             // SAFETY: passes the interface name bytes and their exact length.
-            crate::cvt(unsafe {
+            crate::sys::cvt(unsafe {
                 libc::setsockopt(
                     raw,
                     libc::SOL_SOCKET,
@@ -148,14 +148,16 @@ impl UdpSocket {
         let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
         let len = encode_addr(addr, ipv6, &mut ss).expect("family matches the socket");
         // SAFETY: `ss` holds a valid sockaddr of `len` bytes for `domain`.
-        crate::cvt(unsafe { libc::bind(raw, (&ss as *const libc::sockaddr_storage).cast(), len) })
-            .map_err(|e| io::Error::new(e.kind(), format!("bind UDP {addr}: {e}")))?;
+        crate::sys::cvt(unsafe {
+            libc::bind(raw, (&ss as *const libc::sockaddr_storage).cast(), len)
+        })
+        .map_err(|e| io::Error::new(e.kind(), format!("bind UDP {addr}: {e}")))?;
 
         // SAFETY: all-zero sockaddr_storage is valid.
         let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
         let mut len = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         // SAFETY: `ss`/`len` are a writable sockaddr buffer and its size.
-        crate::cvt(unsafe {
+        crate::sys::cvt(unsafe {
             libc::getsockname(
                 raw,
                 (&mut ss as *mut libc::sockaddr_storage).cast(),
@@ -269,7 +271,7 @@ impl UdpSocket {
             )
         })?;
         // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
-        crate::cvt(unsafe {
+        crate::sys::cvt(unsafe {
             libc::connect(
                 self.fd.as_raw_fd(),
                 (&ss as *const libc::sockaddr_storage).cast(),
