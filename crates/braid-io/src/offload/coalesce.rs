@@ -23,7 +23,7 @@
 //! group closes it.
 
 use super::checksum;
-use super::{
+use super::header::{
     be16, be32, fix_ipv4_checksum, put16, VnetHdr, F_NEEDS_CSUM, GSO_TCPV4, GSO_TCPV6, IPPROTO_TCP,
     TCP_ACK, TCP_CSUM_OFFSET, TCP_PSH, VNET_HDR_LEN,
 };

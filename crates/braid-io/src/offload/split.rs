@@ -11,7 +11,7 @@
 //! headers' length comes from the packet itself.
 
 use super::checksum;
-use super::{
+use super::header::{
     be16, be32, fix_ipv4_checksum, put16, put32, VnetHdr, GSO_ECN, GSO_TCPV4, GSO_TCPV6,
     IPPROTO_TCP, TCP_CWR, TCP_FIN, TCP_PSH,
 };
