@@ -1,13 +1,40 @@
 //! The device: one WireGuard interface as a sans-IO state machine.
 //!
+//! A [`Device`] reads no clock, opens no socket and does no I/O: whoever
+//! drives it (the daemon's data plane, the simulator in `testing`) passes
+//! `now` in, hands it batches, and moves what it leaves in them. The
+//! driver's loop, in the order the calls are made:
+//!
 //! ```text
-//!  TUN batch ─► encapsulate(now) ─► (in place) ─► UDP batch      outgoing
-//!  UDP batch ─► decapsulate(now) ─► (in place) ─► TUN batch      incoming
-//!  handle_timeout(now)   fires per-peer timers (retries, keepalives, rekey)
-//!  poll_transmit(now, batch)   drains handshakes, cookies, keepalives and
-//!                              packets that waited for a session
-//!  poll_timeout()   when handle_timeout must run next
+//!  configure   set_private_key, add_peer, add_allowed_ip, add_path, set_* …
+//!
+//!  outgoing    TUN batch ─► prepare_encapsulate(now, batch, jobs)   [device]
+//!                       ─► jobs.seal(batch)                 [no device needed]
+//!                       ─► UDP batch
+//!              (encapsulate(now, batch) = both, on one thread)
+//!
+//!  incoming    UDP batch ─► prepare_decapsulate(now, batch, jobs)   [device]
+//!                       ─► jobs.open(batch)                 [no device needed]
+//!                       ─► finish_decapsulate(now, batch, jobs)     [device]
+//!                       ─► TUN batch
+//!              (decapsulate(now, batch) = all three)
+//!              then poll_tun(out) until false: packets the reorder
+//!              windows and the inbound rate limit released, written to
+//!              the TUN after that batch
+//!
+//!  after each  has_pending_transmit(); if so poll_transmit(now, out)
+//!              until false: handshakes, cookies, keepalives, probes and
+//!              packets that waited for a session, to UDP
+//!
+//!  timers      poll_timeout() says when; at that time handle_timeout(now)
+//!              fires per-peer timers (retries, keepalives, rekey, reorder
+//!              holds, shaping), then poll_transmit and poll_tun as above
 //! ```
+//!
+//! A driver calls `poll_timeout` again after anything it handed in, since
+//! every call may move a deadline. Between `prepare_*` and `finish_*` the
+//! device may serve other calls; `jobs` carries the keys it needs, so the
+//! AEAD work runs outside the driver's lock.
 //!
 //! Nothing here reads a clock, opens a socket or allocates per data packet;
 //! randomness comes from a seeded generator so tests are reproducible.

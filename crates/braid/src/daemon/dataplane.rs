@@ -1,5 +1,42 @@
 //! The two data-plane threads of an interface and what they share.
 //!
+//! Where a packet goes, step by step (the functions below come in this
+//! order; `[lock]` is the device lock):
+//!
+//! ```text
+//! out: app ─► TUN                                           send_one_batch
+//!  1. braid-io: read a batch (64 KiB TCP super-packets      Tun::read_batch
+//!     split into MTU packets)
+//!  2. daemon: MSS clamp                                     Shared::clamp_mss
+//!  3. daemon: too-big answer for what the path              PathMtu::answer_oversize
+//!     does not carry (ICMP back into the TUN)
+//!  4. braid-core Device [lock]: peer by AllowedIPs, rate    Device::prepare_encapsulate
+//!     limit, compression, lines by Mode, counter
+//!  5. the AEAD seals the batch (helpers share a large one)  CryptoHelpers::seal
+//!  6. braid-io: sendmmsg with GSO (or a TCP line)           Lines::send
+//!     ─► line 1, line 2, …
+//!  7. what the device queued meanwhile (handshakes,         transmit_pending
+//!     keepalives, released packets)
+//!
+//! in:  line 1, line 2, … ─►                                 receive_from_line
+//!  1. braid-io: recvmmsg with GRO                           Lines::recv
+//!  2. braid-core Device [lock]: session by index            Device::prepare_decapsulate
+//!     (handshakes and cookies handled here)
+//!  3. the AEAD opens the batch (helpers share a large one)  CryptoHelpers::open
+//!  4. braid-core Device [lock]: replay check,               Device::finish_decapsulate
+//!     decompression, inner source against AllowedIPs,
+//!     rate limit, reorder window
+//!  5. daemon: MSS clamp                                     Shared::clamp_mss
+//!  6. braid-io: write a batch to the TUN (one TCP flow      Tun::write_batch
+//!     coalesced) ─► app
+//!  7. what the reorder windows released, clamped and        write_released_into
+//!     written the same way                                  (Device::poll_tun)
+//!  8. what the device queued; then what the write made the  transmit_pending,
+//!     kernel answer, if no one is sending                   send_from_tun_if_idle
+//! ```
+//!
+//! Which thread runs them:
+//!
 //! ```text
 //!   outbound thread:  TUN ─read─► [lock] prepare ─► seal ─► sendmmsg ─► UDP
 //!                     (after a bulk batch, if no one is receiving, UDP ─► … ─► TUN)
@@ -274,24 +311,7 @@ fn nanos_since(epoch: Instant, at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Sends what the device has queued (handshakes, keepalives, packets
-/// released from staging), a batch at a time, taking the lock per batch.
-pub fn transmit_pending(
-    shared: &Shared,
-    now: Instant,
-    out: &mut PacketBatch,
-) -> std::io::Result<()> {
-    loop {
-        out.clear();
-        let more = shared.device().poll_transmit(now, out);
-        if !out.is_empty() {
-            shared.lines().send(out)?;
-        }
-        if !more {
-            return Ok(());
-        }
-    }
-}
+// ----- outbound: TUN ─► lines (steps 1–7 of the first diagram) -----
 
 /// Reads one batch from the TUN and sends it; returns what the read
 /// brought (0 packets: the TUN had nothing).
@@ -323,6 +343,25 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
     Ok(read)
 }
 
+/// Sends what the device has queued (handshakes, keepalives, packets
+/// released from staging), a batch at a time, taking the lock per batch.
+pub fn transmit_pending(
+    shared: &Shared,
+    now: Instant,
+    out: &mut PacketBatch,
+) -> std::io::Result<()> {
+    loop {
+        out.clear();
+        let more = shared.device().poll_transmit(now, out);
+        if !out.is_empty() {
+            shared.lines().send(out)?;
+        }
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
 /// For the main thread after it wrote to the TUN: sends up to
 /// `max_batches` of what the TUN holds now, unless the outbound thread is
 /// already at it (then that thread sends it, as always).
@@ -344,101 +383,10 @@ pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Re
     Ok(())
 }
 
-/// Receives up to `max_batches` from `line`, decrypting outside the
-/// device lock, and writes what they carry to the TUN; then sends what
-/// that made the kernel answer, if the outbound thread is idle. Returns
-/// how many datagrams came in.
-pub fn receive_from_line(
-    shared: &Shared,
-    receiver: &mut Scratch,
-    line: usize,
-    max_batches: usize,
-) -> std::io::Result<usize> {
-    let Scratch {
-        batch,
-        control,
-        jobs,
-        helpers,
-    } = receiver;
-    let mut received = 0;
-    for _ in 0..max_batches {
-        let n = shared.lines().recv(line, batch)?;
-        if n == 0 {
-            break;
-        }
-        // At most max_batches * capacity: no overflow.
-        received += n;
-        let now = Instant::now();
-        shared.device().prepare_decapsulate(now, batch, jobs);
-        helpers.open(jobs, batch);
-        let pending = {
-            let mut device = shared.device();
-            device.finish_decapsulate(now, batch, jobs);
-            device.has_pending_transmit()
-        };
-        shared.clamp_mss(batch);
-        let written = shared.tun.write_batch(batch)? + write_released_into(shared, control)?;
-        if pending {
-            transmit_pending(shared, now, control)?;
-        }
-        // A batch of duplicates (the other line's copies) wrote nothing,
-        // so the kernel has nothing to answer.
-        if written > 0 {
-            send_from_tun_if_idle(shared, SEND_BATCHES_AFTER_WRITE)?;
-        }
-        if n < batch.capacity() {
-            break;
-        }
-    }
-    Ok(received)
-}
-
-/// How many TUN batches a thread sends after writing to the TUN (when the
-/// outbound thread is idle): enough for what the write made the kernel
-/// answer, bounded so receiving is not held up.
-const SEND_BATCHES_AFTER_WRITE: usize = 2;
-
-/// Writes what the reorder windows released (after the batch it follows,
-/// so order holds).
-pub fn write_released(shared: &Shared, receiver: &mut Scratch) -> std::io::Result<()> {
-    write_released_into(shared, &mut receiver.control).map(drop)
-}
-
-/// Returns how many packets it wrote.
-fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Result<usize> {
-    let mut written = 0;
-    loop {
-        out.clear();
-        let more = shared.device().poll_tun(out);
-        if !out.is_empty() {
-            shared.clamp_mss(out);
-            written += shared.tun.write_batch(out)?;
-        }
-        if !more {
-            return Ok(written);
-        }
-    }
-}
-
 /// A batch this large means bulk sending: what comes back is mostly the
 /// ACKs for it, worth taking in at once. A thread that sent only a few
 /// packets (ACKs itself) leaves receiving to the main thread.
 const BULK_BATCH: usize = 16;
-
-/// For the outbound thread between bulk batches: takes in what the lines hold
-/// now (one batch each) unless the main thread is already at it. The
-/// answers to what was just sent (ACKs that open the TCP window) then
-/// reach the TUN without waiting for the main thread to wake.
-fn receive_if_idle(shared: &Shared) -> std::io::Result<()> {
-    let Ok(mut receiver) = shared.receiver.try_lock() else {
-        return Ok(());
-    };
-    let lines = shared.lines().all().len();
-    for line in 0..lines {
-        receive_from_line(shared, &mut receiver, line, 1)?;
-    }
-    Ok(())
-}
 
 /// For the main thread when the TUN is readable while it watches it: sends
 /// what the TUN holds, and hands the TUN to the outbound thread once the
@@ -551,6 +499,100 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
     // Whatever ended this thread ends the interface.
     shared.request_stop();
     result
+}
+
+// ----- inbound: lines ─► TUN (steps 1–8 of the second diagram) -----
+
+/// Receives up to `max_batches` from `line`, decrypting outside the
+/// device lock, and writes what they carry to the TUN; then sends what
+/// that made the kernel answer, if the outbound thread is idle. Returns
+/// how many datagrams came in.
+pub fn receive_from_line(
+    shared: &Shared,
+    receiver: &mut Scratch,
+    line: usize,
+    max_batches: usize,
+) -> std::io::Result<usize> {
+    let Scratch {
+        batch,
+        control,
+        jobs,
+        helpers,
+    } = receiver;
+    let mut received = 0;
+    for _ in 0..max_batches {
+        let n = shared.lines().recv(line, batch)?;
+        if n == 0 {
+            break;
+        }
+        // At most max_batches * capacity: no overflow.
+        received += n;
+        let now = Instant::now();
+        shared.device().prepare_decapsulate(now, batch, jobs);
+        helpers.open(jobs, batch);
+        let pending = {
+            let mut device = shared.device();
+            device.finish_decapsulate(now, batch, jobs);
+            device.has_pending_transmit()
+        };
+        shared.clamp_mss(batch);
+        let written = shared.tun.write_batch(batch)? + write_released_into(shared, control)?;
+        if pending {
+            transmit_pending(shared, now, control)?;
+        }
+        // A batch of duplicates (the other line's copies) wrote nothing,
+        // so the kernel has nothing to answer.
+        if written > 0 {
+            send_from_tun_if_idle(shared, SEND_BATCHES_AFTER_WRITE)?;
+        }
+        if n < batch.capacity() {
+            break;
+        }
+    }
+    Ok(received)
+}
+
+/// How many TUN batches a thread sends after writing to the TUN (when the
+/// outbound thread is idle): enough for what the write made the kernel
+/// answer, bounded so receiving is not held up.
+const SEND_BATCHES_AFTER_WRITE: usize = 2;
+
+/// Writes what the reorder windows released ([`Device::poll_tun`]) to
+/// the TUN through `out`; returns how many packets it wrote.
+fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Result<usize> {
+    let mut written = 0;
+    loop {
+        out.clear();
+        let more = shared.device().poll_tun(out);
+        if !out.is_empty() {
+            shared.clamp_mss(out);
+            written += shared.tun.write_batch(out)?;
+        }
+        if !more {
+            return Ok(written);
+        }
+    }
+}
+
+/// Writes what the reorder windows released (after the batch it follows,
+/// so order holds).
+pub fn write_released(shared: &Shared, receiver: &mut Scratch) -> std::io::Result<()> {
+    write_released_into(shared, &mut receiver.control).map(drop)
+}
+
+/// For the outbound thread between bulk batches: takes in what the lines hold
+/// now (one batch each) unless the main thread is already at it. The
+/// answers to what was just sent (ACKs that open the TCP window) then
+/// reach the TUN without waiting for the main thread to wake.
+fn receive_if_idle(shared: &Shared) -> std::io::Result<()> {
+    let Ok(mut receiver) = shared.receiver.try_lock() else {
+        return Ok(());
+    };
+    let lines = shared.lines().all().len();
+    for line in 0..lines {
+        receive_from_line(shared, &mut receiver, line, 1)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
