@@ -128,7 +128,7 @@ fn tun_round_trip() {
     let fds = [(tun.as_raw_fd(), Interest::READABLE)];
     let mut found = false;
     while !found {
-        let r = wait(&fds, Some(Duration::from_secs(5))).unwrap();
+        let r = wait(&fds, Some(Duration::from_secs(30))).unwrap();
         assert!(!r.is_timeout(), "the datagram never reached the TUN");
         let n = tun.read_batch(&mut batch).unwrap().packets;
         assert_eq!(n, batch.len());
@@ -166,7 +166,7 @@ fn tun_round_trip() {
     sock.send_to(b"short", (remote, 9999)).unwrap();
     let mut found = false;
     while !found {
-        let r = wait(&fds, Some(Duration::from_secs(5))).unwrap();
+        let r = wait(&fds, Some(Duration::from_secs(30))).unwrap();
         assert!(!r.is_timeout(), "the short datagram never reached the TUN");
         tun.read_batch(&mut small).unwrap();
         for i in 0..small.len() {
