@@ -18,7 +18,7 @@
 //!                       ─► finish_decapsulate(now, batch, jobs)     [device]
 //!                       ─► TUN batch
 //!              (decapsulate(now, batch) = all three)
-//!              then poll_tun(out) until false: packets the reorder
+//!              then poll_tun(now, out) until false: packets the reorder
 //!              windows and the inbound rate limit released, written to
 //!              the TUN after that batch
 //!
@@ -174,9 +174,6 @@ pub struct Device {
     /// REKEY_AFTER_TIME, shortened only by fault tests (see
     /// [`Device::set_rekey_after_time_for_tests`]).
     rekey_after_time: Duration,
-    /// The `now` of the latest handle_timeout: poll_tun (which takes no
-    /// time) releases rate-limited inbound packets due by then.
-    shaper_clock: Instant,
     /// The interface's `Compression =` and the compressor's buffers.
     compression: crate::compress::CompressionPolicy,
     lz4: crate::compress::Lz4,
@@ -215,7 +212,6 @@ impl Device {
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),
             rekey_after_time: crate::consts::REKEY_AFTER_TIME,
-            shaper_clock: now,
             compression: crate::compress::CompressionPolicy::Off,
             lz4: crate::compress::Lz4::new(),
             counters: DeviceCounters::default(),
@@ -480,7 +476,6 @@ impl Device {
 
     /// Fires every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.shaper_clock = now;
         for pid in 0..self.peers.len() {
             self.schedule_shaped(now, pid);
             let Some(p) = self.peers[pid].as_mut() else {
@@ -550,10 +545,11 @@ impl Device {
         }
     }
 
-    /// Fills `out` with packets that reorder windows released, in order
-    /// (write them to the TUN after the batch `decapsulate` returned).
-    /// Returns true while more are waiting.
-    pub fn poll_tun(&mut self, out: &mut PacketBatch) -> bool {
+    /// Fills `out` with packets that reorder windows released, in order,
+    /// and rate-limited inbound packets due by `now` (write them to the TUN
+    /// after the batch `decapsulate` returned). Returns true while more are
+    /// waiting.
+    pub fn poll_tun(&mut self, now: Instant, out: &mut PacketBatch) -> bool {
         while let Some(&pid) = self.reorder_ready.last() {
             let Some(p) = self.peers[pid].as_mut() else {
                 self.reorder_ready.pop();
@@ -575,7 +571,7 @@ impl Device {
                     },
                 );
             }
-            let shaped_due = rate::release_inbound(p, self.shaper_clock, out);
+            let shaped_due = rate::release_inbound(p, now, out);
             if out.is_full() && (p.reorder.ready_packets() > 0 || shaped_due) {
                 return true;
             }

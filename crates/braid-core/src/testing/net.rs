@@ -551,7 +551,7 @@ impl Net {
         let mut n = 0;
         loop {
             batch.clear();
-            let more = self.nodes[node].device.poll_tun(&mut batch);
+            let more = self.nodes[node].device.poll_tun(self.now, &mut batch);
             for i in 0..batch.len() {
                 if !batch.packet(i).is_empty() {
                     self.write_tun(node, batch.packet(i));

@@ -30,7 +30,7 @@
 //!  6. braid-io: write a batch to the TUN (one TCP flow      Tun::write_batch
 //!     coalesced) ─► app
 //!  7. what the reorder windows released, clamped and        write_released_into
-//!     written the same way                                  (Device::poll_tun)
+//!     written the same way                                  (Device::poll_tun(now))
 //!  8. what the device queued; then what the write made the  transmit_pending,
 //!     kernel answer, if no one is sending                   send_from_tun_if_idle
 //! ```
@@ -536,7 +536,7 @@ pub fn receive_from_line(
             device.has_pending_transmit()
         };
         shared.clamp_mss(batch);
-        let written = shared.tun.write_batch(batch)? + write_released_into(shared, control)?;
+        let written = shared.tun.write_batch(batch)? + write_released_into(shared, now, control)?;
         if pending {
             transmit_pending(shared, now, control)?;
         }
@@ -559,11 +559,15 @@ const SEND_BATCHES_AFTER_WRITE: usize = 2;
 
 /// Writes what the reorder windows released ([`Device::poll_tun`]) to
 /// the TUN through `out`; returns how many packets it wrote.
-fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Result<usize> {
+fn write_released_into(
+    shared: &Shared,
+    now: Instant,
+    out: &mut PacketBatch,
+) -> std::io::Result<usize> {
     let mut written = 0;
     loop {
         out.clear();
-        let more = shared.device().poll_tun(out);
+        let more = shared.device().poll_tun(now, out);
         if !out.is_empty() {
             shared.clamp_mss(out);
             written += shared.tun.write_batch(out)?;
@@ -576,8 +580,12 @@ fn write_released_into(shared: &Shared, out: &mut PacketBatch) -> std::io::Resul
 
 /// Writes what the reorder windows released (after the batch it follows,
 /// so order holds).
-pub fn write_released(shared: &Shared, receiver: &mut Scratch) -> std::io::Result<()> {
-    write_released_into(shared, &mut receiver.control).map(drop)
+pub fn write_released(
+    shared: &Shared,
+    now: Instant,
+    receiver: &mut Scratch,
+) -> std::io::Result<()> {
+    write_released_into(shared, now, &mut receiver.control).map(drop)
 }
 
 /// For the outbound thread between bulk batches: takes in what the lines hold

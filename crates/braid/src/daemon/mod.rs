@@ -435,7 +435,7 @@ impl Daemon {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
                 self.shared.follow_path_mtu(&self.name);
             }
-            self.write_released()?;
+            self.write_released(now)?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
             if now >= next_housekeeping {
                 next_housekeeping = now + HOUSEKEEPING;
@@ -463,9 +463,9 @@ impl Daemon {
 
     /// Writes what the reorder windows released (after the batch it
     /// follows, so order holds).
-    fn write_released(&mut self) -> std::io::Result<()> {
+    fn write_released(&mut self, now: Instant) -> std::io::Result<()> {
         let mut receiver = self.shared.receiver();
-        dataplane::write_released(&self.shared, &mut receiver)
+        dataplane::write_released(&self.shared, now, &mut receiver)
     }
 
     fn serve_requests(&mut self) {
