@@ -13,11 +13,9 @@
 const IPV4_ANSWER_MAX: usize = 576;
 /// ICMPv6 errors fit in IPv6's minimum MTU (RFC 4443 §2.4).
 const IPV6_ANSWER_MAX: usize = 1280;
-const IPV4_HEADER: usize = 20;
-const IPV6_HEADER: usize = 40;
+use crate::ip::{Ip, Ipv4, Ipv6, IPV4_HEADER, IPV6_HEADER, PROTO_ICMP, PROTO_ICMPV6};
+
 const ICMP_HEADER: usize = 8;
-const PROTO_ICMP: u8 = 1;
-const PROTO_ICMPV6: u8 = 58;
 const TTL: u8 = 64;
 
 /// Writes into `out` the answer to `packet` telling its sender that `mtu`
@@ -26,28 +24,25 @@ const TTL: u8 = 64;
 /// fragment or an ICMP error itself, comes from an address that cannot be
 /// answered, or is malformed; or `out` is too small.
 pub fn packet_too_big(packet: &[u8], mtu: usize, out: &mut [u8]) -> Option<usize> {
-    match packet.first()? >> 4 {
-        4 => ipv4(packet, mtu, out),
-        6 => ipv6(packet, mtu, out),
-        _ => None,
+    match Ip::new(packet)? {
+        Ip::V4(header) => ipv4(header, mtu, out),
+        Ip::V6(header) => ipv6(header, mtu, out),
     }
 }
 
-fn ipv4(packet: &[u8], mtu: usize, out: &mut [u8]) -> Option<usize> {
-    let ihl = usize::from(packet.first()? & 0x0f) * 4;
+fn ipv4(header: Ipv4<'_>, mtu: usize, out: &mut [u8]) -> Option<usize> {
+    let packet = header.bytes();
+    let ihl = header.header_len();
     if ihl < IPV4_HEADER || packet.len() < ihl {
         return None;
     }
-    let dont_fragment = packet[6] & 0x40 != 0;
-    let offset = u16::from_be_bytes([packet[6] & 0x1f, packet[7]]);
-    if !dont_fragment || offset != 0 {
+    if !header.dont_fragment() || header.fragment_offset() != 0 {
         return None;
     }
-    if packet[9] == PROTO_ICMP && is_icmpv4_error(packet.get(ihl).copied()) {
+    if header.protocol() == PROTO_ICMP && is_icmpv4_error(packet.get(ihl).copied()) {
         return None;
     }
-    let src: [u8; 4] = packet[12..16].try_into().ok()?;
-    let dst: [u8; 4] = packet[16..20].try_into().ok()?;
+    let (src, dst) = (header.src(), header.dst());
     let unanswerable = |a: [u8; 4]| a[0] == 0 || a[0] == 127 || a[0] >= 224;
     if unanswerable(src) || unanswerable(dst) {
         return None;
@@ -87,16 +82,13 @@ fn is_icmpv4_error(icmp_type: Option<u8>) -> bool {
     !matches!(icmp_type, Some(0 | 8 | 13 | 14 | 15 | 16 | 17 | 18))
 }
 
-fn ipv6(packet: &[u8], mtu: usize, out: &mut [u8]) -> Option<usize> {
-    if packet.len() < IPV6_HEADER {
-        return None;
-    }
+fn ipv6(header: Ipv6<'_>, mtu: usize, out: &mut [u8]) -> Option<usize> {
+    let packet = header.bytes();
     // ICMPv6 error types are below 128 (RFC 4443 §2.1).
-    if packet[6] == PROTO_ICMPV6 && packet.get(IPV6_HEADER).is_none_or(|&t| t < 128) {
+    if header.next_header() == PROTO_ICMPV6 && packet.get(IPV6_HEADER).is_none_or(|&t| t < 128) {
         return None;
     }
-    let src: [u8; 16] = packet[8..24].try_into().ok()?;
-    let dst: [u8; 16] = packet[24..40].try_into().ok()?;
+    let (src, dst) = (header.src(), header.dst());
     let unanswerable = |a: [u8; 16]| a == [0; 16] || a[0] == 0xff || a == LOOPBACK_V6;
     if unanswerable(src) || unanswerable(dst) {
         return None;

@@ -11,6 +11,7 @@ pub mod crypto;
 pub mod device;
 pub mod ext;
 pub mod icmp;
+pub mod ip;
 pub mod messages;
 pub mod mss;
 pub mod noise;

@@ -7,12 +7,8 @@
 //! (RFC 1624) instead of recomputed, so a clamp costs a few additions.
 
 use crate::batch::PacketBatch;
+use crate::ip::{self, tcp_flags, Ip, Tcp, IPV4_HEADER, IPV6_HEADER, PROTO_TCP, TCP_HEADER};
 
-const IPPROTO_TCP: u8 = 6;
-const IPV4_MIN_HEADER: usize = 20;
-const IPV6_HEADER: usize = 40;
-const TCP_MIN_HEADER: usize = 20;
-const TCP_FLAG_SYN: u8 = 0x02;
 const TCP_CHECKSUM_AT: usize = 16;
 const OPTION_END: u8 = 0;
 const OPTION_NOP: u8 = 1;
@@ -65,7 +61,7 @@ pub fn clamp_batch(batch: &mut PacketBatch, limit: MssLimit) -> usize {
 
 /// Clamps one IP packet with the limit of its IP version.
 pub fn clamp_with(packet: &mut [u8], limit: MssLimit) -> bool {
-    match packet.first().map(|b| b >> 4) {
+    match ip::version(packet) {
         Some(4) => clamp(packet, limit.v4),
         Some(6) => clamp(packet, limit.v6),
         _ => false,
@@ -81,15 +77,18 @@ pub fn clamp(packet: &mut [u8], max_mss: u16) -> bool {
         return false;
     };
     let tcp = &mut packet[tcp_at..];
-    if tcp.len() < TCP_MIN_HEADER || tcp[13] & TCP_FLAG_SYN == 0 {
+    let Some(header) = Tcp::new(tcp) else {
+        return false;
+    };
+    if header.flags() & tcp_flags::SYN == 0 {
         return false;
     }
-    let header_len = usize::from(tcp[12] >> 4) * 4;
-    if header_len < TCP_MIN_HEADER || header_len > tcp.len() {
+    let header_len = header.header_len();
+    if header_len < TCP_HEADER || header_len > tcp.len() {
         return false;
     }
     let mut changed = false;
-    let mut at = TCP_MIN_HEADER;
+    let mut at = TCP_HEADER;
     while at < header_len {
         match tcp[at] {
             OPTION_END => break,
@@ -115,30 +114,27 @@ pub fn clamp(packet: &mut [u8], max_mss: u16) -> bool {
 /// may touch. The cheap tests (version, protocol) come first: nearly every
 /// packet stops there.
 fn tcp_offset(packet: &[u8]) -> Option<usize> {
-    match packet.first()? >> 4 {
-        4 => {
-            if packet.len() < IPV4_MIN_HEADER || packet[9] != IPPROTO_TCP {
+    match Ip::new(packet)? {
+        Ip::V4(h) => {
+            if h.protocol() != PROTO_TCP {
                 return None;
             }
             // More fragments or a non-zero offset: the TCP header may be
             // elsewhere or cut.
-            let fragment = u16::from_be_bytes([packet[6], packet[7]]) & 0x3fff;
-            let header_len = usize::from(packet[0] & 0x0f) * 4;
-            if fragment != 0 || header_len < IPV4_MIN_HEADER {
+            let header_len = h.header_len();
+            if h.is_fragment() || header_len < IPV4_HEADER {
                 return None;
             }
-            let total = usize::from(u16::from_be_bytes([packet[2], packet[3]]));
+            let total = h.total_len();
             (total <= packet.len() && header_len < total).then_some(header_len)
         }
-        6 => {
-            if packet.len() < IPV6_HEADER || packet[6] != IPPROTO_TCP {
+        Ip::V6(h) => {
+            if h.next_header() != PROTO_TCP {
                 return None;
             }
             // At most 40 + 65 535: no overflow whatever the packet claims.
-            let payload = usize::from(u16::from_be_bytes([packet[4], packet[5]]));
-            (IPV6_HEADER + payload <= packet.len()).then_some(IPV6_HEADER)
+            (IPV6_HEADER + h.payload_len() <= packet.len()).then_some(IPV6_HEADER)
         }
-        _ => None,
     }
 }
 
@@ -213,7 +209,7 @@ mod tests {
     }
 
     fn ipv4(tcp: Vec<u8>) -> Vec<u8> {
-        let mut p = vec![0x45, 0, 0, 0, 0xab, 0xcd, 0x40, 0, 64, IPPROTO_TCP, 0, 0];
+        let mut p = vec![0x45, 0, 0, 0, 0xab, 0xcd, 0x40, 0, 64, PROTO_TCP, 0, 0];
         p.extend_from_slice(&[198, 19, 0, 1, 198, 19, 0, 2]);
         let total = (20 + tcp.len()) as u16;
         p[2..4].copy_from_slice(&total.to_be_bytes());
@@ -223,7 +219,7 @@ mod tests {
     }
 
     fn ipv6(tcp: Vec<u8>) -> Vec<u8> {
-        let mut p = vec![0x60, 0, 0, 0, 0, 0, IPPROTO_TCP, 64];
+        let mut p = vec![0x60, 0, 0, 0, 0, 0, PROTO_TCP, 64];
         p[4..6].copy_from_slice(&(tcp.len() as u16).to_be_bytes());
         p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
         p.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
@@ -241,7 +237,7 @@ mod tests {
             (&p[8..40], &p[40..])
         };
         let mut bytes = addrs.to_vec();
-        bytes.extend_from_slice(&[0, IPPROTO_TCP]);
+        bytes.extend_from_slice(&[0, PROTO_TCP]);
         bytes.extend_from_slice(&(tcp.len() as u16).to_be_bytes());
         for (i, &b) in tcp.iter().enumerate() {
             // The checksum field counts as zero.
@@ -487,10 +483,10 @@ mod tests {
                 *b = version;
             }
             if bytes.len() > 9 && version == 0x45 {
-                bytes[9] = IPPROTO_TCP;
+                bytes[9] = PROTO_TCP;
             }
             if bytes.len() > 6 && version == 0x60 {
-                bytes[6] = IPPROTO_TCP;
+                bytes[6] = PROTO_TCP;
             }
             let _ = clamp(&mut bytes, max);
         }

@@ -331,7 +331,7 @@ impl EchoSocket {
         let (icmp, reply_type) = match self.target {
             // IPv4 raw sockets deliver the IP header too.
             IpAddr::V4(_) => {
-                let header_len = usize::from(packet.first()? & 0x0f) * 4;
+                let header_len = braid_core::ip::Ipv4::new(packet)?.header_len();
                 (packet.get(header_len..)?, ECHO_REPLY_V4)
             }
             IpAddr::V6(_) => (packet, ECHO_REPLY_V6),

@@ -10,6 +10,7 @@ use super::{CryptoJobs, Device, IndexEntry};
 use crate::batch::PacketBatch;
 use crate::cipher::DataKeys;
 use crate::consts::*;
+use crate::ip::{tcp_flags, Ip, Tcp, PROTO_TCP};
 use crate::messages::{self, Kind, DATA_HEADER_LEN};
 use crate::peer::PeerId;
 use crate::reorder::InsertOutcome;
@@ -22,51 +23,33 @@ use std::time::Instant;
 /// Length of the IP packet at the start of `plain` (the rest is padding),
 /// and whether its source address belongs to `pid`.
 fn inner_packet(device: &Device, pid: PeerId, plain: &[u8]) -> Option<usize> {
-    let (len, owner) = match plain.first()? >> 4 {
-        4 if plain.len() >= 20 => {
-            let len = u16::from_be_bytes([plain[2], plain[3]]) as usize;
-            (
-                len,
-                device.allowed.lookup_v4(plain[12..16].try_into().ok()?),
-            )
-        }
-        6 if plain.len() >= 40 => {
-            let len = 40 + u16::from_be_bytes([plain[4], plain[5]]) as usize;
-            (len, device.allowed.lookup_v6(plain[8..24].try_into().ok()?))
-        }
-        _ => return None,
+    let ip = Ip::new(plain)?;
+    let owner = match ip {
+        Ip::V4(h) => device.allowed.lookup_v4(h.src()),
+        Ip::V6(h) => device.allowed.lookup_v6(h.src()),
     };
+    let len = ip.claimed_len();
     (len <= plain.len() && len >= 20 && owner == Some(pid)).then_some(len)
 }
 
 /// An IPv4/IPv6 TCP segment that carries no data and only acknowledges
 /// (no SYN, FIN or RST).
 fn is_pure_tcp_ack(packet: &[u8]) -> bool {
-    const TCP: u8 = 6;
-    let (proto, ip_header, total) = match packet.first().map(|b| b >> 4) {
-        Some(4) if packet.len() >= 20 => (
-            packet[9],
-            usize::from(packet[0] & 0x0f) * 4,
-            usize::from(u16::from_be_bytes([packet[2], packet[3]])),
-        ),
-        Some(6) if packet.len() >= 40 => (
-            packet[6],
-            40,
-            40 + usize::from(u16::from_be_bytes([packet[4], packet[5]])),
-        ),
-        _ => return false,
+    use tcp_flags::{ACK, FIN, RST, SYN};
+    let Some(ip) = Ip::new(packet) else {
+        return false;
     };
-    if proto != TCP || packet.len() < ip_header + 20 {
+    if ip.protocol() != PROTO_TCP {
         return false;
     }
-    let tcp = &packet[ip_header..];
-    let data_offset = usize::from(tcp[12] >> 4) * 4;
-    let flags = tcp[13];
-    const FIN: u8 = 0x01;
-    const SYN: u8 = 0x02;
-    const RST: u8 = 0x04;
-    const ACK: u8 = 0x10;
-    total == ip_header + data_offset && flags & ACK != 0 && flags & (FIN | SYN | RST) == 0
+    let ip_header = ip.header_len();
+    let Some(tcp) = packet.get(ip_header..).and_then(Tcp::new) else {
+        return false;
+    };
+    let flags = tcp.flags();
+    ip.claimed_len() == ip_header + tcp.header_len()
+        && flags & ACK != 0
+        && flags & (FIN | SYN | RST) == 0
 }
 
 impl Device {

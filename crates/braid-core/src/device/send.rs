@@ -5,6 +5,7 @@ use super::multipath::Destinations;
 use super::{CryptoJobs, Device};
 use crate::batch::{PacketBatch, HEADROOM};
 use crate::consts::*;
+use crate::ip::Ip;
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
 use crate::path::MAX_PATHS;
 use crate::peer::PeerId;
@@ -25,10 +26,9 @@ fn padded_len(len: usize, mtu: usize) -> usize {
 
 /// The peer an IP packet is for, by its destination address.
 fn destination_peer(device: &Device, packet: &[u8]) -> Option<PeerId> {
-    match packet.first()? >> 4 {
-        4 if packet.len() >= 20 => device.allowed.lookup_v4(packet[16..20].try_into().ok()?),
-        6 if packet.len() >= 40 => device.allowed.lookup_v6(packet[24..40].try_into().ok()?),
-        _ => None,
+    match Ip::new(packet)? {
+        Ip::V4(h) => device.allowed.lookup_v4(h.dst()),
+        Ip::V6(h) => device.allowed.lookup_v6(h.dst()),
     }
 }
 

@@ -115,15 +115,19 @@ pub fn check_tun_packet(packet: &[u8], sources: &[Ipv4Addr]) {
         packet.len() >= 20,
         "runt packet reached the TUN: {packet:?}"
     );
-    assert_eq!(packet[0] >> 4, 4, "non-IPv4 packet from an IPv4-only peer");
-    let src = Ipv4Addr::new(packet[12], packet[13], packet[14], packet[15]);
+    assert_eq!(
+        crate::ip::version(packet),
+        Some(4),
+        "non-IPv4 packet from an IPv4-only peer"
+    );
+    let header = crate::ip::Ipv4::new(packet).expect("checked above");
+    let src = Ipv4Addr::from(header.src());
     assert!(
         sources.contains(&src),
         "packet with a foreign source {src} reached the TUN"
     );
-    let total = u16::from_be_bytes([packet[2], packet[3]]) as usize;
     assert_eq!(
-        total,
+        header.total_len(),
         packet.len(),
         "TUN packet length differs from its header"
     );

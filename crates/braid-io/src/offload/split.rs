@@ -15,6 +15,7 @@ use super::header::{
     be16, be32, fix_ipv4_checksum, put16, put32, VnetHdr, GSO_ECN, GSO_TCPV4, GSO_TCPV6,
     IPPROTO_TCP, TCP_CWR, TCP_FIN, TCP_PSH,
 };
+use braid_core::ip::{Ip, Tcp, PROTO_TCP};
 
 /// Why a super-packet cannot be split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,17 +59,16 @@ impl Tso {
             return Err(SplitError::SegmentSize);
         }
         let tcp_at = hdr.csum_start as usize;
-        let ip_ok = match pkt.first().map(|b| b >> 4) {
-            Some(4) if !ipv6 => {
-                pkt.len() >= 20 && pkt[9] == IPPROTO_TCP && (pkt[0] & 0xf) as usize * 4 == tcp_at
-            }
-            Some(6) if ipv6 => tcp_at >= 40,
+        let ip_ok = match Ip::new(pkt) {
+            Some(Ip::V4(h)) if !ipv6 => h.protocol() == PROTO_TCP && h.header_len() == tcp_at,
+            Some(Ip::V6(_)) if ipv6 => tcp_at >= 40,
             _ => false,
         };
-        if !ip_ok || tcp_at < 20 || pkt.len() < tcp_at + 20 {
-            return Err(SplitError::Headers);
-        }
-        let tcp_len = (pkt[tcp_at + 12] >> 4) as usize * 4;
+        let tcp = match pkt.get(tcp_at..).and_then(Tcp::new) {
+            Some(tcp) if ip_ok && tcp_at >= 20 => tcp,
+            _ => return Err(SplitError::Headers),
+        };
+        let tcp_len = tcp.header_len();
         let hdr_len = tcp_at + tcp_len;
         if tcp_len < 20 || pkt.len() < hdr_len {
             return Err(SplitError::Headers);
