@@ -24,6 +24,7 @@ use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 use braid_core::cipher::CipherPolicy;
 use braid_core::compress::CompressionPolicy;
+use braid_core::device::PeerOptions;
 use braid_core::path::{Mode, MAX_PATHS};
 use braid_netem::units;
 
@@ -115,6 +116,18 @@ pub enum Transport {
 }
 
 impl PeerConfig {
+    /// braid's settings of this peer that the device takes as one.
+    pub fn options(&self) -> PeerOptions {
+        PeerOptions {
+            mode: self.mode,
+            cipher: self.cipher,
+            rate_limit: self.rate_limit,
+            compression: self.compression,
+            reorder_hold: self.reorder_hold,
+            reorder_capacity: self.reorder_capacity,
+        }
+    }
+
     /// The transport of path `path` of this peer.
     pub fn path_transport(&self, path: &PathConfig) -> Transport {
         path.transport.unwrap_or(self.transport)

@@ -115,6 +115,26 @@ struct Control {
 }
 
 /// What a peer looks like from outside, for `wg show` and the UAPI.
+/// braid's settings of one peer beyond WireGuard's (the `[Peer]` keys
+/// the userspace API does not carry), applied together by
+/// [`Device::set_peer_options`]. The default is what a new peer has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerOptions {
+    /// How packets use the paths (`Mode =`).
+    pub mode: crate::path::Mode,
+    /// `Cipher =`; `None` follows the interface's.
+    pub cipher: Option<CipherPolicy>,
+    /// `RateLimit =` in bits per second, each direction; `None`: no limit.
+    pub rate_limit: Option<u64>,
+    /// `Compression =`; `None` follows the interface's.
+    pub compression: Option<crate::compress::CompressionPolicy>,
+    /// `ReorderHold =`: the reorder window's ceiling (zero turns it off);
+    /// `None` keeps the default.
+    pub reorder_hold: Option<Duration>,
+    /// `ReorderCapacity =` in packets; `None` keeps the default.
+    pub reorder_capacity: Option<usize>,
+}
+
 #[derive(Debug, Clone)]
 pub struct PeerInfo {
     pub public_key: [u8; 32],
@@ -402,6 +422,19 @@ impl Device {
         self.peers[pid]
             .as_mut()
             .is_some_and(|p| p.add_path(name, line, remote))
+    }
+
+    /// Applies all of braid's per-peer settings at once (see
+    /// [`PeerOptions`]); the reorder window is rebuilt only when a reorder
+    /// setting is given.
+    pub fn set_peer_options(&mut self, pid: PeerId, options: &PeerOptions) {
+        self.set_mode(pid, options.mode);
+        self.set_peer_cipher(pid, options.cipher);
+        self.set_rate_limit(pid, options.rate_limit);
+        self.set_peer_compression(pid, options.compression);
+        if options.reorder_hold.is_some() || options.reorder_capacity.is_some() {
+            self.set_reorder(pid, options.reorder_hold, options.reorder_capacity);
+        }
     }
 
     pub fn set_mode(&mut self, pid: PeerId, mode: crate::path::Mode) {

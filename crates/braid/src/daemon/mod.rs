@@ -306,7 +306,8 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     Ok((daemon, path))
 }
 
-/// braid's per-peer settings that the userspace API does not carry: mode
+/// braid's per-peer settings that the userspace API does not carry: the
+/// peer's options (mode, cipher, rate limit, compression, reorder window)
 /// and extra paths (each on its line).
 fn apply_multipath(
     device: &mut Device,
@@ -318,13 +319,7 @@ fn apply_multipath(
         let Some(pid) = device.find_peer(peer.public_key.as_bytes()) else {
             continue;
         };
-        device.set_mode(pid, peer.mode);
-        device.set_peer_cipher(pid, peer.cipher);
-        device.set_rate_limit(pid, peer.rate_limit);
-        device.set_peer_compression(pid, peer.compression);
-        if peer.reorder_hold.is_some() || peer.reorder_capacity.is_some() {
-            device.set_reorder(pid, peer.reorder_hold, peer.reorder_capacity);
-        }
+        device.set_peer_options(pid, &peer.options());
         tcp_lines::add_endpoint_path(device, lines, pid, peer)?;
         for (path, line) in peer.paths.iter().zip(path_lines) {
             let remote = path.endpoint.resolve().map_err(|e| {
