@@ -171,10 +171,10 @@ impl Keypair {
         self.seal_ext_at(counter, payload_len, out)
     }
 
-    /// Fuzzing hook: an extension message with a counter of the caller's
-    /// choice, so a fuzzer can reach the authenticated extension parser
-    /// with forged counters and payloads.
-    #[cfg(feature = "fuzzing")]
+    /// Fuzzing hook (feature `testing`): an extension message with a
+    /// counter of the caller's choice, so a fuzzer can reach the
+    /// authenticated extension parser with forged counters and payloads.
+    #[cfg(feature = "testing")]
     pub fn seal_ext_for_fuzzing(&self, counter: u64, payload: &[u8], out: &mut [u8]) -> usize {
         out[DATA_HEADER_LEN..DATA_HEADER_LEN + payload.len()].copy_from_slice(payload);
         self.seal_ext_at(counter, payload.len(), out)

@@ -277,7 +277,9 @@ impl Device {
         }
     }
 
-    /// Overrides the AES hardware detection (tests; a CPU without AES).
+    /// Test knob (feature `testing`): overrides the AES hardware detection
+    /// (a CPU without AES).
+    #[cfg(feature = "testing")]
     pub fn set_aes_hardware(&mut self, present: bool) {
         self.aes_hardware = present;
     }
@@ -308,7 +310,9 @@ impl Device {
 
     /// Test only: rekey sessions this often instead of every 120 s, so
     /// end-to-end tests can watch many rekeys during a short transfer.
-    /// Handshakes still start at most once per REKEY_TIMEOUT.
+    /// Handshakes still start at most once per REKEY_TIMEOUT. Not behind
+    /// the `testing` feature: the end-to-end tests reach it in the real
+    /// daemon (`BRAID_TEST_REKEY_AFTER_SECS`).
     pub fn set_rekey_after_time_for_tests(&mut self, after: Duration) {
         self.rekey_after_time = after;
     }
@@ -378,8 +382,9 @@ impl Device {
         }
     }
 
-    /// Holds at most `limit` peers (never more than `MAX_PEERS`); peers
-    /// already there stay.
+    /// Test knob (feature `testing`): holds at most `limit` peers (never
+    /// more than `MAX_PEERS`); peers already there stay.
+    #[cfg(feature = "testing")]
     pub fn set_peer_limit(&mut self, limit: usize) {
         self.peer_limit = limit.min(MAX_PEERS);
     }
