@@ -48,8 +48,8 @@ impl<'a> Ip<'a> {
     #[inline]
     pub fn new(packet: &'a [u8]) -> Option<Ip<'a>> {
         match version(packet)? {
-            4 => Ipv4::new(packet).map(Ip::V4),
-            6 => Ipv6::new(packet).map(Ip::V6),
+            4 if packet.len() >= IPV4_HEADER => Some(Ip::V4(Ipv4(packet))),
+            6 if packet.len() >= IPV6_HEADER => Some(Ip::V6(Ipv6(packet))),
             _ => None,
         }
     }
@@ -132,7 +132,7 @@ impl<'a> Ipv4<'a> {
     /// A fragment: more fragments follow or the offset is not zero.
     #[inline]
     pub fn is_fragment(&self) -> bool {
-        self.more_fragments() || self.fragment_offset() != 0
+        u16::from_be_bytes([self.0[6], self.0[7]]) & 0x3fff != 0
     }
 
     #[inline]

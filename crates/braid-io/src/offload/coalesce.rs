@@ -24,10 +24,9 @@
 
 use super::checksum;
 use super::header::{
-    be32, fix_ipv4_checksum, put16, VnetHdr, F_NEEDS_CSUM, GSO_TCPV4, GSO_TCPV6, IPPROTO_TCP,
+    be16, be32, fix_ipv4_checksum, put16, VnetHdr, F_NEEDS_CSUM, GSO_TCPV4, GSO_TCPV6, IPPROTO_TCP,
     TCP_ACK, TCP_CSUM_OFFSET, TCP_PSH, VNET_HDR_LEN,
 };
-use braid_core::ip::{Ip, Tcp, PROTO_TCP};
 
 /// Largest IP packet a group may become (IPv4 total length; IPv6 stays
 /// below it too, so one limit serves both).
@@ -58,22 +57,29 @@ struct TcpView {
 impl TcpView {
     /// A TCP packet without IPv4 options or fragmentation, without IPv6
     /// extension headers, whose IP length matches the slice.
+    ///
+    /// Read by hand, not through `braid_core::ip` as `split` does: through
+    /// the view, `cargo bench -p braid-io --bench offload gro` took 1.42 µs
+    /// instead of 1.29 µs per 44 segments (this runs per received packet).
     fn parse(pkt: &[u8]) -> Option<TcpView> {
-        let (ipv6, tcp_at) = match Ip::new(pkt)? {
-            Ip::V4(h)
-                if h.header_len() == 20
-                    && h.protocol() == PROTO_TCP
-                    && !h.is_fragment()
-                    && h.total_len() == pkt.len() =>
+        let (ipv6, tcp_at) = match pkt.first()? >> 4 {
+            4 if pkt.len() >= 20
+                && pkt[0] == 0x45
+                && pkt[9] == IPPROTO_TCP
+                && be16(pkt, 6) & 0x3fff == 0
+                && be16(pkt, 2) as usize == pkt.len() =>
             {
                 (false, 20)
             }
-            Ip::V6(h) if h.next_header() == PROTO_TCP && h.payload_len() + 40 == pkt.len() => {
+            6 if pkt.len() >= 40
+                && pkt[6] == IPPROTO_TCP
+                && be16(pkt, 4) as usize + 40 == pkt.len() =>
+            {
                 (true, 40)
             }
             _ => return None,
         };
-        let tcp_len = Tcp::new(&pkt[tcp_at..])?.header_len();
+        let tcp_len = (*pkt.get(tcp_at + 12)? >> 4) as usize * 4;
         let hdr_len = tcp_at + tcp_len;
         if tcp_len < 20 || hdr_len > pkt.len() {
             return None;
