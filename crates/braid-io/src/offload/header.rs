@@ -20,14 +20,14 @@ pub const GSO_ECN: u8 = 0x80;
 /// Offset of the checksum inside a TCP header.
 pub const TCP_CSUM_OFFSET: u16 = 16;
 
-pub const IPPROTO_TCP: u8 = 6;
+pub const IPPROTO_TCP: u8 = braid_core::ip::PROTO_TCP;
 
 /// TCP flag bits (byte 13 of the header).
-pub const TCP_FIN: u8 = 0x01;
-pub const TCP_SYN: u8 = 0x02;
-pub const TCP_RST: u8 = 0x04;
+pub const TCP_FIN: u8 = braid_core::ip::tcp_flags::FIN;
+pub const TCP_SYN: u8 = braid_core::ip::tcp_flags::SYN;
+pub const TCP_RST: u8 = braid_core::ip::tcp_flags::RST;
 pub const TCP_PSH: u8 = 0x08;
-pub const TCP_ACK: u8 = 0x10;
+pub const TCP_ACK: u8 = braid_core::ip::tcp_flags::ACK;
 pub const TCP_URG: u8 = 0x20;
 pub const TCP_CWR: u8 = 0x80;
 
