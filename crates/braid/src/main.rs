@@ -164,14 +164,18 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Pubkey => pubkey(),
-        Command::Demo { seconds } => require_root().and_then(|()| braid::demo::run_demo(seconds)),
-        Command::Netem { args } => braid::netem::run(&args),
-        Command::Bench(BenchCommand::Netem { args }) => braid::netem::bench::run(&args),
-        Command::Bench(BenchCommand::Lines { args }) => braid::bench_lines::run(&args),
-        Command::Bench(BenchCommand::Crypto { args }) => braid::bench_crypto::run(&args),
-        Command::Bench(BenchCommand::Tunnel { args }) => braid::bench_tunnel::run(&args),
-        Command::Bench(BenchCommand::Echo { args }) => braid::bench_echo::run(&args),
-        Command::Bench(BenchCommand::HandshakeFlood { args }) => braid::bench_flood::run(&args),
+        Command::Demo { seconds } => {
+            require_root().and_then(|()| braid::toolkit::demo::run_demo(seconds))
+        }
+        Command::Netem { args } => braid::toolkit::netem::run(&args),
+        Command::Bench(BenchCommand::Netem { args }) => braid::toolkit::bench::netem::run(&args),
+        Command::Bench(BenchCommand::Lines { args }) => braid::toolkit::bench::lines::run(&args),
+        Command::Bench(BenchCommand::Crypto { args }) => braid::toolkit::bench::crypto::run(&args),
+        Command::Bench(BenchCommand::Tunnel { args }) => braid::toolkit::bench::tunnel::run(&args),
+        Command::Bench(BenchCommand::Echo { args }) => braid::toolkit::bench::echo::run(&args),
+        Command::Bench(BenchCommand::HandshakeFlood { args }) => {
+            braid::toolkit::bench::flood::run(&args)
+        }
         Command::Interface(args) => interface(&args),
     };
     match result {

@@ -419,7 +419,7 @@ fn drawn_delays(args: &[&str], n: usize, len: usize) -> Vec<Duration> {
         .map(|s| s.to_string())
         .collect();
     full.push("--json".into());
-    let cfg = braid::netem::args::parse(&full)
+    let cfg = braid::toolkit::netem::args::parse(&full)
         .unwrap()
         .expect("a configuration");
     let mut params = cfg.up.clone();

@@ -9,7 +9,7 @@ use braid_io::netcfg;
 
 use super::check::Check;
 use super::machine::{CipherRates, CLEARLY_FASTER};
-use crate::bench_crypto::Cipher;
+use crate::toolkit::bench::crypto::Cipher;
 use crate::uapi::{self, DeviceSnapshot, PathSnapshot, PeerSnapshot};
 
 /// Bytes WireGuard adds to a tunnel packet: outer IP header, UDP, the

@@ -6,7 +6,7 @@ use std::time::Duration;
 use braid_io::{Offload, Tun, UdpSocket};
 
 use super::check::Check;
-use crate::bench_crypto::{self, Cipher};
+use crate::toolkit::bench::crypto::{self, Cipher};
 
 /// The packet size the cipher race uses: a full 1420-byte tunnel MTU.
 const RACE_SIZE: usize = 1420;
@@ -50,8 +50,8 @@ impl CipherRates {
 
 pub fn checks() -> (Vec<Check>, CipherRates) {
     let rates = CipherRates {
-        chacha: bench_crypto::seal_rate(Cipher::ChaCha20Poly1305, RACE_SIZE, RACE_TIME),
-        aes: bench_crypto::seal_rate(Cipher::Aes256Gcm, RACE_SIZE, RACE_TIME),
+        chacha: crypto::seal_rate(Cipher::ChaCha20Poly1305, RACE_SIZE, RACE_TIME),
+        aes: crypto::seal_rate(Cipher::Aes256Gcm, RACE_SIZE, RACE_TIME),
     };
     let mut v = vec![cpu(), cipher(&rates)];
     v.extend(socket_buffers());

@@ -6,8 +6,9 @@
 //! - [`args`]: the command line (its units are [`braid_netem::units`]);
 //! - [`relay`]: the batched epoll relay with its delay line;
 //! - [`control`]: epoll, signals and the `--control` socket;
-//! - [`stats`]: the counters and how they are printed;
-//! - [`bench`](mod@bench): `braid bench netem`.
+//! - [`stats`]: the counters and how they are printed.
+//!
+//! `braid bench netem` is [`crate::toolkit::bench::netem`].
 //!
 //! The relay stays here rather than in braid-netem: it sends through
 //! braid-io's batched sockets, braid-io builds on braid-core (for
@@ -15,7 +16,6 @@
 //! braid-netem → braid-io would close a cycle.
 
 pub mod args;
-pub mod bench;
 pub mod control;
 pub mod relay;
 pub mod stats;

@@ -5,7 +5,7 @@
 //! CA, or no tunnel at all. Each tunnel reports the processes that carry
 //! its packets, so their CPU time can be charged to the transfer.
 
-use crate::lab::{self, run, ChildId, Lab, LabResult};
+use crate::toolkit::lab::{self, run, ChildId, Lab, LabResult};
 use crate::uapi;
 use std::path::Path;
 use std::process::Command;

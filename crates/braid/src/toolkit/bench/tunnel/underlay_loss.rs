@@ -2,7 +2,7 @@
 //! namespace, for every packet whatever its protocol, so UDP and TCP
 //! transport see the same line (`braid netem` relays UDP only).
 
-use crate::lab::{self, Lab, LabResult};
+use crate::toolkit::lab::{self, Lab, LabResult};
 
 /// Parses `1%`, `1` or `0.5%`: a loss rate from 0 to 50 %.
 pub fn parse(s: &str) -> Result<f64, String> {

@@ -3,7 +3,7 @@
 //! (idle and under load, from `braid bench echo`), and the CPU time of
 //! the VPN processes from /proc.
 
-use crate::lab::{self, ChildId, Lab, LabResult};
+use crate::toolkit::lab::{self, ChildId, Lab, LabResult};
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};

@@ -25,7 +25,7 @@
 //! The lab (namespaces, relays, daemons, files) is removed on the way out,
 //! also after an error, a panic, Ctrl-C, SIGTERM or SIGHUP.
 
-use crate::lab::{self, Lab, LabResult, NetemLine};
+use crate::toolkit::lab::{self, Lab, LabResult, NetemLine};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::Write as _;

@@ -19,7 +19,7 @@ mod measure;
 mod underlay_loss;
 mod vpn;
 
-use crate::lab::{self, Lab, LabResult};
+use crate::toolkit::lab::{self, Lab, LabResult};
 pub(crate) use measure::percentile;
 use measure::{Path, PingSample, Progress, Transfer};
 use serde_json::{json, Map, Value};

@@ -15,7 +15,7 @@
 //! Everything the demo creates is removed on the way out, also after an
 //! error or Ctrl-C.
 
-use crate::lab::{self, Lab, LabResult};
+use crate::toolkit::lab::{self, Lab, LabResult};
 use std::time::{Duration, Instant};
 
 const TUNNEL_A: &str = "198.19.77.1";
