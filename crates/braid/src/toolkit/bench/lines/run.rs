@@ -1,0 +1,377 @@
+//! Running one case: relays and tunnels up, one bounded iperf3 transfer
+//! (with cuts sent to the relays on time), the counters of both sides, and
+//! everything down again.
+
+use super::plan::{Case, Measure, Setup, B_PORT, LINES, TUNNEL_A, TUNNEL_B};
+use crate::toolkit::lab::{self, Lab, LabResult, NetemLine};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+/// What one case measured.
+pub(super) struct Outcome {
+    pub(super) result: Result<Value, String>,
+    pub(super) notes: Vec<String>,
+    pub(super) counters: Value,
+    pub(super) show: String,
+    pub(super) wall: f64,
+}
+
+pub(super) struct Bench {
+    pub(super) lab: Lab,
+    pub(super) ns_a: String,
+    pub(super) ns_b: String,
+    pub(super) if_a: String,
+    pub(super) if_b: String,
+    pub(super) keys: ((String, String), (String, String)),
+}
+
+impl Bench {
+    pub(super) fn new() -> LabResult<Bench> {
+        let mut lab = Lab::new("l")?;
+        let (if_a, if_b) = (lab.name("a"), lab.name("b"));
+        let ns_a = lab.netns("a")?;
+        let ns_b = lab.netns("b")?;
+        for (ifn, a, b, _) in LINES {
+            lab.veth(
+                (&ns_a, ifn, &format!("{a}/24")),
+                (&ns_b, ifn, &format!("{b}/24")),
+            )?;
+        }
+        Ok(Bench {
+            lab,
+            ns_a,
+            ns_b,
+            if_a,
+            if_b,
+            keys: (lab::keypair(), lab::keypair()),
+        })
+    }
+
+    /// Relays and tunnels for a case; the relays are returned so the
+    /// caller can cut them and must stop them.
+    pub(super) fn up(
+        &mut self,
+        setup: &Setup,
+        notes: &mut Vec<String>,
+    ) -> LabResult<Vec<NetemLine>> {
+        let mut netems = Vec::new();
+        for (i, f) in setup.lines.iter().enumerate() {
+            let (ifn, _, b, port) = LINES[i];
+            let args: Vec<&str> = f.iter().map(String::as_str).collect();
+            match self.lab.netem(
+                &self.ns_b,
+                ifn,
+                &format!("{b}:{port}"),
+                &format!("127.0.0.1:{B_PORT}"),
+                &args,
+            ) {
+                Ok(n) => netems.push(n),
+                Err(e) => {
+                    self.stop_netems(netems);
+                    return Err(e);
+                }
+            }
+        }
+        if let Err(e) = self.tunnels(setup, notes) {
+            self.down(netems);
+            return Err(e);
+        }
+        Ok(netems)
+    }
+
+    pub(super) fn tunnels(&mut self, setup: &Setup, notes: &mut Vec<String>) -> LabResult<()> {
+        let ((key_a, pub_a), (key_b, pub_b)) = self.keys.clone();
+        let mut peer_opts = format!("Mode = {}\n", setup.mode);
+        if let Some(h) = setup.hold {
+            let _ = writeln!(peer_opts, "ReorderHold = {h}");
+        }
+        let mut paths = String::new();
+        for &(ifn, _, b, port) in LINES.iter().take(setup.lines.len()) {
+            let _ = writeln!(paths, "Path = {ifn} bind={ifn} endpoint={b}:{port}");
+        }
+        let conf_a = format!(
+            "[Interface]\nPrivateKey = {key_a}\nAddress = {TUNNEL_A}/24\n\n[Peer]\nPublicKey = {pub_b}\nAllowedIPs = {TUNNEL_B}/32\n{paths}{peer_opts}"
+        );
+        let conf_b = format!(
+            "[Interface]\nPrivateKey = {key_b}\nAddress = {TUNNEL_B}/24\nListenPort = {B_PORT}\n\n[Peer]\nPublicKey = {pub_a}\nAllowedIPs = {TUNNEL_A}/32\n{peer_opts}"
+        );
+        let (ns_a, ns_b, if_a, if_b) = (
+            self.ns_a.clone(),
+            self.ns_b.clone(),
+            self.if_a.clone(),
+            self.if_b.clone(),
+        );
+        self.lab.braid_up(&ns_b, &if_b, &conf_b)?;
+        self.lab.braid_up(&ns_a, &if_a, &conf_a)?;
+        lab::check_stop()?;
+        if !self
+            .lab
+            .ping_until_reply(&ns_a, TUNNEL_B, Duration::from_secs(10))
+        {
+            return Err("no ping reply through the tunnel within 10 s".into());
+        }
+        // Every path probed and up on both sides before the transfer.
+        let want = setup.lines.len();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let a = self.paths_up(&ns_a, &if_a);
+            let b = self.paths_up(&ns_b, &if_b);
+            if a >= want && b >= want {
+                break;
+            }
+            if Instant::now() > deadline {
+                notes.push(format!(
+                    "only {a} of {want} paths up in A and {b} in B after 5 s; measured anyway"
+                ));
+                break;
+            }
+            lab::sleep_unless_stopped(Duration::from_millis(50))?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn paths_up(&self, ns: &str, name: &str) -> usize {
+        self.lab
+            .braid_show(ns, name, true)
+            .ok()
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .and_then(|v| {
+                v["peers"][0]["paths"]
+                    .as_array()
+                    .map(|ps| ps.iter().filter(|p| p["state"] == "up").count())
+            })
+            .unwrap_or(0)
+    }
+
+    pub(super) fn stop_netems(&mut self, netems: Vec<NetemLine>) {
+        for n in netems {
+            self.lab.stop(n.id, &n.log);
+        }
+    }
+
+    pub(super) fn down(&mut self, netems: Vec<NetemLine>) {
+        let (ns_a, ns_b, if_a, if_b) = (
+            self.ns_a.clone(),
+            self.ns_b.clone(),
+            self.if_a.clone(),
+            self.if_b.clone(),
+        );
+        let _ = self.lab.braid_down(&ns_a, &if_a);
+        let _ = self.lab.braid_down(&ns_b, &if_b);
+        self.stop_netems(netems);
+    }
+
+    /// `braid show` of both sides: (JSON, text).
+    pub(super) fn counters(&self) -> (Value, String) {
+        let mut j = serde_json::Map::new();
+        let mut text = String::new();
+        for (side, ns, name) in [("a", &self.ns_a, &self.if_a), ("b", &self.ns_b, &self.if_b)] {
+            let v = self
+                .lab
+                .braid_show(ns, name, true)
+                .ok()
+                .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+                .unwrap_or(Value::Null);
+            j.insert(side.into(), v);
+            let t = self
+                .lab
+                .braid_show(ns, name, false)
+                .unwrap_or_else(|e| format!("braid show failed: {e}\n"));
+            let _ = writeln!(text, "--- {side} side ({name}) ---\n{}", t.trim_end());
+        }
+        (Value::Object(j), text)
+    }
+
+    /// One iperf3 client run (with a one-shot server in B); `actions`
+    /// (seconds after the client started, line index, control command)
+    /// are sent to the relays during the run. Returns iperf3's report.
+    pub(super) fn iperf(
+        &mut self,
+        args: &[String],
+        seconds: u32,
+        actions: &[(f64, usize, &str)],
+        netems: &[NetemLine],
+    ) -> LabResult<Value> {
+        let mut last_err = String::new();
+        for attempt in 0..2 {
+            let mut server = self.lab.cmd_in(&self.ns_b, "iperf3");
+            server.args(["-s", "-1", "-B", TUNNEL_B]);
+            let server = self.lab.spawn(server, "iperf3-server.log")?;
+            if let Err(e) = lab::sleep_unless_stopped(Duration::from_millis(400)) {
+                self.lab.stop(server, "iperf3-server.log");
+                return Err(e);
+            }
+            let mut client = self.lab.cmd_in(&self.ns_a, "iperf3");
+            client.args(["-c", TUNNEL_B, "-J"]).args(args);
+            let client = match self.lab.spawn(client, "iperf3-client.json") {
+                Ok(c) => c,
+                Err(e) => {
+                    self.lab.stop(server, "iperf3-server.log");
+                    return Err(e);
+                }
+            };
+            let start = Instant::now();
+            let limit = Duration::from_secs(u64::from(seconds) + 30);
+            let mut next = 0;
+            let mut failure = None;
+            while !self.lab.wait(client, Duration::from_millis(20)) {
+                if lab::stop_signalled() {
+                    failure = Some("interrupted".to_string());
+                    break;
+                }
+                if start.elapsed() > limit {
+                    failure = Some(format!(
+                        "iperf3 did not finish within {} s",
+                        limit.as_secs()
+                    ));
+                    break;
+                }
+                if let Some(&(at, line, cmd)) = actions.get(next) {
+                    if start.elapsed().as_secs_f64() >= at {
+                        next += 1;
+                        match netems[line].control(cmd) {
+                            Ok(reply) if reply.to_lowercase().contains("error") => {
+                                failure = Some(format!("netem {cmd}: {reply}"));
+                                break;
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                failure = Some(format!("netem {cmd}: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            let out = self.lab.stop(client, "iperf3-client.json");
+            self.lab.stop(server, "iperf3-server.log");
+            if let Some(f) = failure {
+                return Err(f);
+            }
+            if next < actions.len() {
+                return Err("the transfer ended before every cut/restore was sent".into());
+            }
+            let v: Value = match serde_json::from_str(&out) {
+                Ok(v) => v,
+                Err(e) => {
+                    last_err = format!("iperf3 printed no JSON ({e}): {}", out.trim());
+                    continue;
+                }
+            };
+            match v["error"].as_str() {
+                Some(err) if attempt == 0 && err.contains("connect") => {
+                    last_err = format!("iperf3: {err}");
+                    continue;
+                }
+                Some(err) => return Err(format!("iperf3: {err}")),
+                None => return Ok(v),
+            }
+        }
+        Err(last_err)
+    }
+
+    pub(super) fn run_case(&mut self, case: &Case) -> Outcome {
+        let started = Instant::now();
+        let mut notes = Vec::new();
+        let netems = match self.up(&case.setup, &mut notes) {
+            Ok(n) => n,
+            Err(e) => {
+                return Outcome {
+                    result: Err(e),
+                    notes,
+                    counters: Value::Null,
+                    show: String::new(),
+                    wall: started.elapsed().as_secs_f64(),
+                }
+            }
+        };
+        let t = case.seconds.to_string();
+        let result = match &case.measure {
+            Measure::Tcp { window } => {
+                let mut args = vec!["-t".to_string(), t];
+                if let Some(w) = window {
+                    args.extend(["-w".to_string(), w.to_string()]);
+                }
+                self.iperf(&args, case.seconds, &[], &netems)
+                    .and_then(|v| tcp_summary(&v))
+            }
+            Measure::Udp { rate, len, cut } => {
+                let args: Vec<String> = ["-u", "-b", rate, "-l", &len.to_string(), "-t", &t]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                let actions: Vec<(f64, usize, &str)> = cut
+                    .map(|(c, r)| vec![(c, 0, "cut"), (r, 0, "restore")])
+                    .unwrap_or_default();
+                self.iperf(&args, case.seconds, &actions, &netems)
+                    .and_then(|v| udp_summary(&v))
+            }
+        };
+        let (mut counters, mut show) = self.counters();
+        let mut relays = Vec::new();
+        for (i, n) in netems.iter().enumerate() {
+            let stats = n.control("stats json").unwrap_or_else(|e| e);
+            let _ = writeln!(show, "--- braid netem {} ---\n{stats}", LINES[i].0);
+            relays.push(serde_json::from_str::<Value>(&stats).unwrap_or(json!(stats)));
+        }
+        if let Value::Object(m) = &mut counters {
+            m.insert("netem".into(), Value::Array(relays));
+        }
+        self.down(netems);
+        Outcome {
+            result,
+            notes,
+            counters,
+            show,
+            wall: started.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+pub(super) fn tcp_summary(v: &Value) -> LabResult<Value> {
+    let bps = lab::received_bps(v).ok_or("iperf3 report without sum_received")?;
+    Ok(json!({
+        "mbps": bps / 1e6,
+        "seconds": v["end"]["sum_received"]["seconds"],
+        "bytes": v["end"]["sum_received"]["bytes"],
+        "retransmits": v["end"]["sum_sent"]["retransmits"],
+        "intervals_mbps": v["intervals"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .map(|i| json!((i["sum"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e4).round() / 100.0))
+                .collect::<Vec<_>>())
+            .unwrap_or_default(),
+    }))
+}
+
+pub(super) fn udp_summary(v: &Value) -> LabResult<Value> {
+    let sum = &v["end"]["sum"];
+    let lost = sum["lost_packets"]
+        .as_u64()
+        .ok_or("iperf3 UDP report without lost_packets")?;
+    let packets = sum["packets"]
+        .as_u64()
+        .ok_or("iperf3 UDP report without packets")?;
+    let seconds = sum["seconds"].as_f64().unwrap_or(0.0);
+    // What the sender sent per second (its own count and time).
+    let sent = v["end"]["sum_sent"]["packets"].as_u64().unwrap_or(packets);
+    let sent_secs = v["end"]["sum_sent"]["seconds"].as_f64().unwrap_or(seconds);
+    let rate = if sent_secs > 0.0 {
+        sent as f64 / sent_secs
+    } else {
+        0.0
+    };
+    Ok(json!({
+        "lost_packets": lost,
+        "packets": packets,
+        "lost_percent": sum["lost_percent"].as_f64().unwrap_or(0.0),
+        "seconds": seconds,
+        "rate_pps": rate,
+        "outage_ms": if rate > 0.0 { lost as f64 / rate * 1000.0 } else { f64::NAN },
+        "out_of_order": v["end"]["sum_received"]["out_of_order"],
+        "mbps": sum["bits_per_second"].as_f64().unwrap_or(0.0) / 1e6,
+        "jitter_ms": sum["jitter_ms"],
+    }))
+}
