@@ -118,8 +118,8 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let mut sorted = rtts.received.clone();
     sorted.sort_by(f64::total_cmp);
     if let (Some(p50), Some(p99)) = (
-        crate::toolkit::bench::tunnel::percentile(&sorted, 50.0),
-        crate::toolkit::bench::tunnel::percentile(&sorted, 99.0),
+        crate::toolkit::bench::stats::percentile(&sorted, 50.0),
+        crate::toolkit::bench::stats::percentile(&sorted, 99.0),
     ) {
         println!("rtt p50/p99 = {p50:.3}/{p99:.3} ms");
     }

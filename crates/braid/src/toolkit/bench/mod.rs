@@ -6,4 +6,5 @@ pub mod echo;
 pub mod flood;
 pub mod lines;
 pub mod netem;
+pub mod stats;
 pub mod tunnel;

@@ -16,15 +16,16 @@
 //! Ctrl-C, SIGTERM or SIGHUP.
 
 mod measure;
+mod plan;
+mod report;
+mod run;
 mod underlay_loss;
 mod vpn;
 
-use crate::toolkit::lab::{self, Lab, LabResult};
-pub(crate) use measure::percentile;
-use measure::{Path, PingSample, Progress, Transfer};
-use serde_json::{json, Map, Value};
-use std::time::Instant;
-use vpn::{Cipher, Net, VpnKind};
+use crate::toolkit::lab;
+use measure::Progress;
+use plan::Opts;
+use vpn::{Cipher, VpnKind};
 
 const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
@@ -63,29 +64,6 @@ table (or --json) on stdout.
 
 Needs root, ip, iperf3, ping, and the VPN's own tools.
 ";
-
-/// Underlay (veth) and tunnel addresses.
-const UNDERLAY_A: &str = "198.18.90.1";
-const UNDERLAY_B: &str = "198.18.90.2";
-const TUNNEL_A: &str = "198.19.90.1";
-const TUNNEL_B: &str = "198.19.90.2";
-/// The second line of `--paths 2`.
-const UNDERLAY2_A: &str = "198.18.91.1";
-const UNDERLAY2_B: &str = "198.18.91.2";
-
-struct Opts {
-    vpn: VpnKind,
-    cipher: Cipher,
-    seconds: u32,
-    rounds: usize,
-    netem: Option<String>,
-    paths: u32,
-    transport_tcp: bool,
-    loss: Option<f64>,
-    quick: bool,
-    json: bool,
-    label: Option<String>,
-}
 
 fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     let mut o = Opts {
@@ -155,330 +133,6 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     Ok(Some(o))
 }
 
-impl Opts {
-    fn idle_pings(&self) -> usize {
-        if self.quick {
-            50
-        } else {
-            200
-        }
-    }
-
-    fn label(&self) -> String {
-        self.label.clone().unwrap_or_else(|| {
-            let mut l = self.vpn.name().to_string();
-            if self.cipher != Cipher::Auto {
-                l = format!("{l} {}", self.cipher.name());
-            }
-            if self.paths > 1 {
-                l = format!("{l} {} paths redundant", self.paths);
-            }
-            if self.transport_tcp {
-                l = format!("{l} over TCP");
-            }
-            if let Some(p) = self.loss {
-                l = format!("{l}, {p}% loss");
-            }
-            l
-        })
-    }
-}
-
-/// The numbers each round yields, in the order of the table. Keys are the
-/// JSON names.
-const METRICS: [(&str, &str, &str); 9] = [
-    ("single_gbps", "one TCP stream A→B", "Gbit/s"),
-    ("parallel4_gbps", "4 TCP streams A→B", "Gbit/s"),
-    ("reverse_gbps", "one TCP stream B→A", "Gbit/s"),
-    ("cpu_s_per_gb", "VPN CPU (both sides)", "CPU-s/GB"),
-    ("system_cpu_s_per_gb", "whole machine CPU", "CPU-s/GB"),
-    ("ping_idle_p50_ms", "ping idle p50", "ms"),
-    ("ping_idle_p99_ms", "ping idle p99", "ms"),
-    ("ping_loaded_p50_ms", "ping under load p50", "ms"),
-    ("ping_loaded_p99_ms", "ping under load p99", "ms"),
-];
-
-/// One round: the metrics (None where nothing was measured) and details.
-struct Round {
-    metrics: Vec<Option<f64>>,
-    details: Value,
-}
-
-fn per_gb(seconds: Option<f64>, bytes: f64) -> Option<f64> {
-    seconds.filter(|_| bytes > 0.0).map(|s| s / (bytes / 1e9))
-}
-
-fn round(path: &mut Path, o: &Opts, progress: &mut Progress, n: usize) -> LabResult<Round> {
-    let at = (n, o.rounds);
-    let single: Transfer = path.transfer(&[], true, progress, at, "1 stream + ping")?;
-    let parallel = path.transfer(&["-P", "4"], false, progress, at, "4 streams")?;
-    let reverse = path.transfer(&["-R"], false, progress, at, "reverse stream")?;
-    let idle = path.idle_ping(o.idle_pings(), progress, at)?;
-    let loaded = single.pings.unwrap_or(PingSample {
-        sent: 0,
-        rtts_ms: Vec::new(),
-    });
-    let metrics = vec![
-        Some(single.gbps),
-        Some(parallel.gbps),
-        Some(reverse.gbps),
-        per_gb(single.vpn_cpu_s, single.bytes),
-        per_gb(Some(single.system_cpu_s), single.bytes),
-        idle.percentile(50.0),
-        idle.percentile(99.0),
-        loaded.percentile(50.0),
-        loaded.percentile(99.0),
-    ];
-    let details = json!({
-        "single_bytes": single.bytes,
-        "single_retransmits": single.retransmits,
-        "vpn_cpu_s": single.vpn_cpu_s,
-        "system_cpu_s": single.system_cpu_s,
-        "parallel4_retransmits": parallel.retransmits,
-        "reverse_retransmits": reverse.retransmits,
-        "ping_idle_sent": idle.sent,
-        "ping_idle_received": idle.rtts_ms.len(),
-        "ping_loaded_sent": loaded.sent,
-        "ping_loaded_received": loaded.rtts_ms.len(),
-    });
-    Ok(Round { metrics, details })
-}
-
-fn fmt(v: Option<f64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(x) if x >= 100.0 => format!("{x:.0}"),
-        Some(x) if x >= 10.0 => format!("{x:.1}"),
-        Some(x) if x >= 0.1 => format!("{x:.2}"),
-        Some(x) => format!("{x:.3}"),
-    }
-}
-
-struct Report {
-    label: String,
-    version: String,
-    netem: Option<String>,
-    namespaces: Vec<String>,
-    pids: Vec<u32>,
-    target: String,
-    rounds: Vec<Round>,
-    wall_s: f64,
-}
-
-impl Report {
-    fn spread(&self, metric: usize) -> Option<(f64, f64, f64)> {
-        let v: Vec<Option<f64>> = self.rounds.iter().map(|r| r.metrics[metric]).collect();
-        measure::spread(&v)
-    }
-
-    fn print_text(&self, o: &Opts) {
-        let underlay = match &self.netem {
-            Some(n) => format!("veth through `braid netem {n}`"),
-            None => "veth".into(),
-        };
-        println!(
-            "braid bench tunnel: {} ({}), cipher {}, {underlay}, {} round(s) × {} s per iperf3 run",
-            self.label,
-            self.version,
-            o.cipher.name(),
-            o.rounds,
-            o.seconds
-        );
-        println!(
-            "{:<24}{:>10}{:>10}{:>10}{:>10}",
-            "", "unit", "median", "min", "max"
-        );
-        for (i, (_, name, unit)) in METRICS.iter().enumerate() {
-            let (med, min, max) = match self.spread(i) {
-                Some((a, b, c)) => (Some(a), Some(b), Some(c)),
-                None => (None, None, None),
-            };
-            println!(
-                "{name:<24}{unit:>10}{:>10}{:>10}{:>10}",
-                fmt(med),
-                fmt(min),
-                fmt(max)
-            );
-        }
-        if self.pids.is_empty() {
-            println!("(no tunnel: no VPN process to charge CPU to)");
-        }
-        println!(
-            "whole-machine CPU includes iperf3, the kernel and anything else running; {:.0} s in all",
-            self.wall_s
-        );
-    }
-
-    fn json(&self, o: &Opts) -> Value {
-        let pick = |f: &dyn Fn((f64, f64, f64)) -> f64| {
-            let mut m = Map::new();
-            for (i, (key, _, _)) in METRICS.iter().enumerate() {
-                m.insert((*key).into(), json!(self.spread(i).map(f)));
-            }
-            Value::Object(m)
-        };
-        let per_round: Vec<Value> = self
-            .rounds
-            .iter()
-            .enumerate()
-            .map(|(n, r)| {
-                let mut m = Map::new();
-                m.insert("round".into(), json!(n + 1));
-                for (i, (key, _, _)) in METRICS.iter().enumerate() {
-                    m.insert((*key).into(), json!(r.metrics[i]));
-                }
-                m.insert("details".into(), r.details.clone());
-                Value::Object(m)
-            })
-            .collect();
-        json!({
-            "bench": "tunnel",
-            "label": self.label,
-            "vpn": o.vpn.name(),
-            "vpn_version": self.version,
-            "cipher": o.cipher.name(),
-            "netem": self.netem,
-            "seconds": o.seconds,
-            "rounds": o.rounds,
-            "quick": o.quick,
-            "target": self.target,
-            "namespaces": self.namespaces,
-            "vpn_pids": self.pids,
-            "metrics": METRICS.iter().map(|(k, name, unit)| json!({"key": k, "name": name, "unit": unit})).collect::<Vec<_>>(),
-            "per_round": per_round,
-            "median": pick(&|s| s.0),
-            "min": pick(&|s| s.1),
-            "max": pick(&|s| s.2),
-            "wall_s": self.wall_s,
-        })
-    }
-}
-
-fn check_tools(vpn: &VpnKind) -> Result<(), String> {
-    let missing: Vec<String> = vpn
-        .tools()
-        .into_iter()
-        .filter(|(tool, _)| !lab::tool_exists(tool))
-        .map(|(tool, hint)| format!("`{tool}` is not installed ({hint})"))
-        .collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "bench tunnel --vpn {}: {}",
-            vpn.name(),
-            missing.join("; ")
-        ))
-    }
-}
-
-/// Builds the lab, brings the tunnel up and measures every round.
-fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report> {
-    let start = Instant::now();
-    let mut lab = Lab::new("t")?;
-    let ns_a = lab.netns("a")?;
-    let ns_b = lab.netns("b")?;
-    let veth = lab.name("u");
-    lab.veth(
-        (&ns_a, &veth, &format!("{UNDERLAY_A}/24")),
-        (&ns_b, &veth, &format!("{UNDERLAY_B}/24")),
-    )?;
-    if let Some(percent) = o.loss {
-        underlay_loss::apply(&lab, &ns_b, &veth, percent)?;
-    }
-    let second_line = if o.paths > 1 {
-        let veth2 = lab.name("v");
-        lab.veth(
-            (&ns_a, &veth2, &format!("{UNDERLAY2_A}/24")),
-            (&ns_b, &veth2, &format!("{UNDERLAY2_B}/24")),
-        )?;
-        Some((veth, veth2))
-    } else {
-        None
-    };
-    let mut netem_lines = Vec::new();
-    let endpoint_port = match &o.netem {
-        Some(flags) => {
-            let flags: Vec<&str> = flags.split_whitespace().collect();
-            let underlays: &[&str] = if second_line.is_some() {
-                &[UNDERLAY_B, UNDERLAY2_B]
-            } else {
-                &[UNDERLAY_B]
-            };
-            for (i, underlay) in underlays.iter().enumerate() {
-                netem_lines.push(lab.netem(
-                    &ns_b,
-                    &format!("underlay{}", i + 1),
-                    &format!("{underlay}:{}", vpn::NETEM_PORT),
-                    &format!("127.0.0.1:{}", vpn::VPN_PORT),
-                    &flags,
-                )?);
-            }
-            vpn::NETEM_PORT
-        }
-        None => vpn::VPN_PORT,
-    };
-    let netem_line = netem_lines.first();
-    let net = Net {
-        ns_a: ns_a.clone(),
-        ns_b: ns_b.clone(),
-        underlay_b: UNDERLAY_B.into(),
-        tunnel_a: TUNNEL_A.into(),
-        tunnel_b: TUNNEL_B.into(),
-        endpoint_host: UNDERLAY_B.into(),
-        endpoint_port,
-        transport_tcp: o.transport_tcp,
-        redundant_lines: second_line.map(|(veth1, veth2)| {
-            [
-                (veth1, UNDERLAY_B.to_string()),
-                (veth2, UNDERLAY2_B.to_string()),
-            ]
-        }),
-    };
-    progress.line("bringing the tunnel up");
-    let tunnel = vpn::bring_up(&mut lab, &o.vpn, o.cipher, &net)?;
-    let namespaces = lab.namespaces().to_vec();
-    let mut rounds = Vec::new();
-    for n in 1..=o.rounds {
-        lab::check_stop()?;
-        let mut path = Path {
-            lab: &mut lab,
-            ns_a: &ns_a,
-            ns_b: &ns_b,
-            target: &tunnel.target,
-            seconds: o.seconds,
-            pids: &tunnel.pids,
-        };
-        let r = round(&mut path, o, progress, n)?;
-        progress.line(&format!(
-            "round {n}/{}: {} / {} / {} Gbit/s (1 / 4 / reverse), {} CPU-s/GB, ping {} / {} ms (idle p50 / loaded p99)",
-            o.rounds,
-            fmt(r.metrics[0]),
-            fmt(r.metrics[1]),
-            fmt(r.metrics[2]),
-            fmt(r.metrics[3]),
-            fmt(r.metrics[5]),
-            fmt(r.metrics[8]),
-        ));
-        rounds.push(r);
-    }
-    if let Some(line) = netem_line {
-        lab.stop(line.id, &line.log);
-    }
-    Ok(Report {
-        label: o.label(),
-        version: o.vpn.version(),
-        netem: o.netem.clone(),
-        namespaces,
-        pids: tunnel.pids,
-        target: tunnel.target,
-        rounds,
-        wall_s: start.elapsed().as_secs_f64(),
-    })
-    // The lab is dropped here, or on any early return above: namespaces,
-    // daemons, relays and files go.
-}
-
 pub fn run(argv: &[String]) -> Result<(), String> {
     let Some(o) = parse(argv)? else {
         print!("{USAGE}");
@@ -488,10 +142,10 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     if unsafe { libc::geteuid() } != 0 {
         return Err("bench tunnel needs root (network namespaces, TUN)".into());
     }
-    check_tools(&o.vpn)?;
+    run::check_tools(&o.vpn)?;
     lab::catch_stop_signals();
     let mut progress = Progress::new(&o.label());
-    let report = measure_all(&o, &mut progress);
+    let report = run::measure_all(&o, &mut progress);
     if lab::stop_signalled() {
         return Err("interrupted; the lab was removed".into());
     }

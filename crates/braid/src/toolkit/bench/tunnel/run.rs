@@ -1,0 +1,180 @@
+//! Building the lab, bringing the tunnel up and measuring every round.
+
+use super::measure::{Path, PingSample, Progress, Transfer};
+use super::plan::{Opts, TUNNEL_A, TUNNEL_B, UNDERLAY2_A, UNDERLAY2_B, UNDERLAY_A, UNDERLAY_B};
+use super::report::{fmt, Report, Round};
+use super::underlay_loss;
+use super::vpn::{self, Net, VpnKind};
+use crate::toolkit::lab::{self, Lab, LabResult};
+use serde_json::json;
+use std::time::Instant;
+
+pub(super) fn per_gb(seconds: Option<f64>, bytes: f64) -> Option<f64> {
+    seconds.filter(|_| bytes > 0.0).map(|s| s / (bytes / 1e9))
+}
+
+pub(super) fn round(
+    path: &mut Path,
+    o: &Opts,
+    progress: &mut Progress,
+    n: usize,
+) -> LabResult<Round> {
+    let at = (n, o.rounds);
+    let single: Transfer = path.transfer(&[], true, progress, at, "1 stream + ping")?;
+    let parallel = path.transfer(&["-P", "4"], false, progress, at, "4 streams")?;
+    let reverse = path.transfer(&["-R"], false, progress, at, "reverse stream")?;
+    let idle = path.idle_ping(o.idle_pings(), progress, at)?;
+    let loaded = single.pings.unwrap_or(PingSample {
+        sent: 0,
+        rtts_ms: Vec::new(),
+    });
+    let metrics = vec![
+        Some(single.gbps),
+        Some(parallel.gbps),
+        Some(reverse.gbps),
+        per_gb(single.vpn_cpu_s, single.bytes),
+        per_gb(Some(single.system_cpu_s), single.bytes),
+        idle.percentile(50.0),
+        idle.percentile(99.0),
+        loaded.percentile(50.0),
+        loaded.percentile(99.0),
+    ];
+    let details = json!({
+        "single_bytes": single.bytes,
+        "single_retransmits": single.retransmits,
+        "vpn_cpu_s": single.vpn_cpu_s,
+        "system_cpu_s": single.system_cpu_s,
+        "parallel4_retransmits": parallel.retransmits,
+        "reverse_retransmits": reverse.retransmits,
+        "ping_idle_sent": idle.sent,
+        "ping_idle_received": idle.rtts_ms.len(),
+        "ping_loaded_sent": loaded.sent,
+        "ping_loaded_received": loaded.rtts_ms.len(),
+    });
+    Ok(Round { metrics, details })
+}
+
+pub(super) fn check_tools(vpn: &VpnKind) -> Result<(), String> {
+    let missing: Vec<String> = vpn
+        .tools()
+        .into_iter()
+        .filter(|(tool, _)| !lab::tool_exists(tool))
+        .map(|(tool, hint)| format!("`{tool}` is not installed ({hint})"))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "bench tunnel --vpn {}: {}",
+            vpn.name(),
+            missing.join("; ")
+        ))
+    }
+}
+
+/// Builds the lab, brings the tunnel up and measures every round.
+pub(super) fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report> {
+    let start = Instant::now();
+    let mut lab = Lab::new("t")?;
+    let ns_a = lab.netns("a")?;
+    let ns_b = lab.netns("b")?;
+    let veth = lab.name("u");
+    lab.veth(
+        (&ns_a, &veth, &format!("{UNDERLAY_A}/24")),
+        (&ns_b, &veth, &format!("{UNDERLAY_B}/24")),
+    )?;
+    if let Some(percent) = o.loss {
+        underlay_loss::apply(&lab, &ns_b, &veth, percent)?;
+    }
+    let second_line = if o.paths > 1 {
+        let veth2 = lab.name("v");
+        lab.veth(
+            (&ns_a, &veth2, &format!("{UNDERLAY2_A}/24")),
+            (&ns_b, &veth2, &format!("{UNDERLAY2_B}/24")),
+        )?;
+        Some((veth, veth2))
+    } else {
+        None
+    };
+    let mut netem_lines = Vec::new();
+    let endpoint_port = match &o.netem {
+        Some(flags) => {
+            let flags: Vec<&str> = flags.split_whitespace().collect();
+            let underlays: &[&str] = if second_line.is_some() {
+                &[UNDERLAY_B, UNDERLAY2_B]
+            } else {
+                &[UNDERLAY_B]
+            };
+            for (i, underlay) in underlays.iter().enumerate() {
+                netem_lines.push(lab.netem(
+                    &ns_b,
+                    &format!("underlay{}", i + 1),
+                    &format!("{underlay}:{}", vpn::NETEM_PORT),
+                    &format!("127.0.0.1:{}", vpn::VPN_PORT),
+                    &flags,
+                )?);
+            }
+            vpn::NETEM_PORT
+        }
+        None => vpn::VPN_PORT,
+    };
+    let netem_line = netem_lines.first();
+    let net = Net {
+        ns_a: ns_a.clone(),
+        ns_b: ns_b.clone(),
+        underlay_b: UNDERLAY_B.into(),
+        tunnel_a: TUNNEL_A.into(),
+        tunnel_b: TUNNEL_B.into(),
+        endpoint_host: UNDERLAY_B.into(),
+        endpoint_port,
+        transport_tcp: o.transport_tcp,
+        redundant_lines: second_line.map(|(veth1, veth2)| {
+            [
+                (veth1, UNDERLAY_B.to_string()),
+                (veth2, UNDERLAY2_B.to_string()),
+            ]
+        }),
+    };
+    progress.line("bringing the tunnel up");
+    let tunnel = vpn::bring_up(&mut lab, &o.vpn, o.cipher, &net)?;
+    let namespaces = lab.namespaces().to_vec();
+    let mut rounds = Vec::new();
+    for n in 1..=o.rounds {
+        lab::check_stop()?;
+        let mut path = Path {
+            lab: &mut lab,
+            ns_a: &ns_a,
+            ns_b: &ns_b,
+            target: &tunnel.target,
+            seconds: o.seconds,
+            pids: &tunnel.pids,
+        };
+        let r = round(&mut path, o, progress, n)?;
+        progress.line(&format!(
+            "round {n}/{}: {} / {} / {} Gbit/s (1 / 4 / reverse), {} CPU-s/GB, ping {} / {} ms (idle p50 / loaded p99)",
+            o.rounds,
+            fmt(r.metrics[0]),
+            fmt(r.metrics[1]),
+            fmt(r.metrics[2]),
+            fmt(r.metrics[3]),
+            fmt(r.metrics[5]),
+            fmt(r.metrics[8]),
+        ));
+        rounds.push(r);
+    }
+    if let Some(line) = netem_line {
+        lab.stop(line.id, &line.log);
+    }
+    Ok(Report {
+        label: o.label(),
+        version: o.vpn.version(),
+        netem: o.netem.clone(),
+        namespaces,
+        pids: tunnel.pids,
+        target: tunnel.target,
+        rounds,
+        wall_s: start.elapsed().as_secs_f64(),
+    })
+    // The lab is dropped here, or on any early return above: namespaces,
+    // daemons, relays and files go.
+}
