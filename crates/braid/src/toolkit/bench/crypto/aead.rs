@@ -1,0 +1,200 @@
+//! The timed AEAD loops: seal or open packets of one size in place for a
+//! bounded time, on one thread or one per core, as the data path does.
+
+use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// Packet sizes (bytes of plaintext), the columns of the table.
+pub const SIZES: [usize; 6] = [64, 256, 1024, 1420, 8192, 16384];
+const TAG_LEN: usize = 16;
+/// Sealed packets the open loop cycles through.
+const OPEN_RING: usize = 4;
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Cipher {
+    ChaCha20Poly1305,
+    Aes256Gcm,
+}
+
+impl Cipher {
+    pub const ALL: [Cipher; 2] = [Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cipher::ChaCha20Poly1305 => "ChaCha20-Poly1305",
+            Cipher::Aes256Gcm => "AES-256-GCM",
+        }
+    }
+
+    /// The spelling of `Cipher =` in the configuration.
+    pub fn id(self) -> &'static str {
+        match self {
+            Cipher::ChaCha20Poly1305 => "chacha20poly1305",
+            Cipher::Aes256Gcm => "aes256gcm",
+        }
+    }
+
+    pub(super) fn openssl_name(self) -> &'static str {
+        match self {
+            Cipher::ChaCha20Poly1305 => "chacha20-poly1305",
+            Cipher::Aes256Gcm => "aes-256-gcm",
+        }
+    }
+
+    fn algorithm(self) -> &'static aead::Algorithm {
+        match self {
+            Cipher::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
+            Cipher::Aes256Gcm => &aead::AES_256_GCM,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Op {
+    Seal,
+    Open,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Seal => "seal",
+            Op::Open => "open",
+        }
+    }
+}
+
+/// WireGuard's nonce: 4 zero bytes, then the counter in little endian.
+fn nonce(counter: u64) -> Nonce {
+    let mut n = [0u8; 12];
+    n[4..].copy_from_slice(&counter.to_le_bytes());
+    Nonce::assume_unique_for_key(n)
+}
+
+fn key(cipher: Cipher, seed: usize) -> LessSafeKey {
+    let mut k = [0u8; 32];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = (i.wrapping_mul(29) ^ seed.wrapping_mul(151) ^ 0x5a) as u8;
+    }
+    LessSafeKey::new(UnboundKey::new(cipher.algorithm(), &k).expect("32-byte key"))
+}
+
+/// Seals `body` in place and writes the tag after it, as the data path does.
+fn seal(key: &LessSafeKey, counter: u64, packet: &mut [u8], len: usize) {
+    let (body, tag) = packet.split_at_mut(len);
+    let t = key
+        .seal_in_place_separate_tag(nonce(counter), Aad::empty(), body)
+        .expect("seal");
+    tag[..TAG_LEN].copy_from_slice(t.as_ref());
+}
+
+/// Runs one operation on `size`-byte packets for `dur` on this thread and
+/// returns plaintext bytes per second.
+fn measure(cipher: Cipher, op: Op, size: usize, dur: Duration, seed: usize) -> f64 {
+    let key = key(cipher, seed);
+    let mut work = vec![0u8; size + TAG_LEN];
+    for (i, b) in work.iter_mut().enumerate() {
+        *b = (i * 7 + seed) as u8;
+    }
+    // Check the clock about every 64 KiB of data.
+    let batch = (65536 / size).max(1) as u64;
+    let mut ops = 0u64;
+    let start = Instant::now();
+    match op {
+        Op::Seal => loop {
+            for _ in 0..batch {
+                seal(&key, ops, &mut work, size);
+                ops += 1;
+            }
+            std::hint::black_box(&mut work);
+            if start.elapsed() >= dur {
+                break;
+            }
+        },
+        Op::Open => {
+            let sealed: Vec<Vec<u8>> = (0..OPEN_RING as u64)
+                .map(|c| {
+                    let mut p = work.clone();
+                    seal(&key, c, &mut p, size);
+                    p
+                })
+                .collect();
+            let start = Instant::now();
+            loop {
+                for _ in 0..batch {
+                    let i = (ops % OPEN_RING as u64) as usize;
+                    work.copy_from_slice(&sealed[i]);
+                    let plain = key
+                        .open_in_place(nonce(i as u64), Aad::empty(), &mut work)
+                        .expect("a sealed packet opens");
+                    std::hint::black_box(plain);
+                    ops += 1;
+                }
+                if start.elapsed() >= dur {
+                    break;
+                }
+            }
+            return (ops * size as u64) as f64 / start.elapsed().as_secs_f64();
+        }
+    }
+    (ops * size as u64) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Bytes of `size`-byte packets one core seals per second, measured for
+/// `dur` (what `braid doctor` runs to pick the faster cipher here).
+pub fn seal_rate(cipher: Cipher, size: usize, dur: Duration) -> f64 {
+    measure(cipher, Op::Seal, size, dur, 0)
+}
+
+/// One thread per core, each on its own key, started together; the sum of
+/// their rates.
+pub(super) fn measure_parallel(
+    cipher: Cipher,
+    op: Op,
+    size: usize,
+    dur: Duration,
+    threads: usize,
+) -> f64 {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    measure(cipher, op, size, dur, t + 1)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .sum()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nonce_is_wireguards() {
+        let n = nonce(0x0102_0304_0506_0708);
+        assert_eq!(n.as_ref(), &[0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1]);
+    }
+
+    #[test]
+    fn open_verifies_what_seal_wrote() {
+        for c in Cipher::ALL {
+            let k = key(c, 3);
+            let mut p = vec![9u8; 100 + TAG_LEN];
+            seal(&k, 5, &mut p, 100);
+            assert_ne!(&p[..100], &[9u8; 100][..]);
+            let mut bad = p.clone();
+            bad[0] ^= 1;
+            assert!(k.open_in_place(nonce(5), Aad::empty(), &mut bad).is_err());
+            let plain = k.open_in_place(nonce(5), Aad::empty(), &mut p).unwrap();
+            assert_eq!(plain, &[9u8; 100][..]);
+        }
+    }
+}
