@@ -2,7 +2,7 @@
 //! and whether a peer gets (and may send) LZ4-compressed packets. The
 //! format itself is in `crate::compress`.
 
-use super::Device;
+use super::state::Device;
 use crate::compress::CompressionPolicy;
 use crate::peer::PeerId;
 

@@ -1,6 +1,6 @@
 //! Handshake messages in and out: initiation, response, cookie reply.
 
-use super::{Device, IndexEntry};
+use super::state::{Device, IndexEntry};
 use crate::consts::INITIATIONS_PER_SECOND;
 use crate::cookie::MacVerdict;
 use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};

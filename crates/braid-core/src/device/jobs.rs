@@ -7,9 +7,9 @@
 //! finishes the opened packets afterwards. A batch's jobs usually share
 //! one session, so the keys are kept once per distinct session.
 
-use super::PeerId;
 use crate::batch::{PacketBatch, SlotRange};
 use crate::cipher::DataKeys;
+use crate::peer::PeerId;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -47,9 +47,13 @@ mod pmtu;
 mod rate;
 mod receive;
 mod send;
+mod state;
 
 pub use jobs::{CryptoJobs, CryptoPart};
 pub use pmtu::PathRoute;
+pub use state::{Device, DeviceCounters};
+
+use state::{Control, IndexEntry};
 
 use crate::allowed_ips::{AllowedIps, InvalidPrefix};
 use crate::batch::PacketBatch;
@@ -67,52 +71,6 @@ use rand_core::{RngCore, SeedableRng};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Device-wide counters of what was dropped and why (attacker-triggerable
-/// events are counted, never logged per packet). They saturate: a wrapped
-/// counter would read as a small one.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceCounters {
-    /// Datagrams that are no WireGuard message (type/length mismatch).
-    pub invalid_datagrams: u64,
-    /// Handshake messages whose mac1 was wrong.
-    pub invalid_mac: u64,
-    /// Handshake messages that failed to decrypt or named no known peer.
-    pub handshake_rejected: u64,
-    /// Initiations dropped as replays or for exceeding the per-peer rate.
-    pub handshake_flood_dropped: u64,
-    pub cookie_replies_sent: u64,
-    /// Handshake messages with a valid cookie dropped by the per-source
-    /// rate limit (under load only, as WireGuard).
-    pub handshake_rate_limited: u64,
-    /// Handshake messages dropped because their batch had used up
-    /// `MAX_HANDSHAKES_PER_BATCH`.
-    pub handshake_over_budget: u64,
-    /// Data messages for a receiver index we do not have.
-    pub unknown_index: u64,
-    /// Packets from the TUN with no peer in AllowedIPs.
-    pub no_route: u64,
-    /// Control messages dropped because the output queue was full.
-    pub control_queue_full: u64,
-    /// Packets a reorder window could not take (its ready queue was full).
-    pub reorder_overflow: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum IndexEntry {
-    /// Our pending initiation to this peer.
-    Handshake(PeerId),
-    /// One of this peer's sessions.
-    Session(PeerId),
-}
-
-/// A small outgoing message (handshake, cookie reply, keepalive).
-struct Control {
-    line: u16,
-    dst: SocketAddr,
-    len: usize,
-    bytes: [u8; INITIATION_LEN],
-}
 
 /// What a peer looks like from outside, for `wg show` and the UAPI.
 /// braid's settings of one peer beyond WireGuard's (the `[Peer]` keys
@@ -154,50 +112,6 @@ pub struct PeerInfo {
     pub counters: crate::peer::PeerCounters,
     /// `RateLimit =` in bits per second, each direction.
     pub rate_limit_bits: Option<u64>,
-}
-
-pub struct Device {
-    local: Option<LocalStatic>,
-    checker: Option<CookieChecker>,
-    peers: Vec<Option<Peer>>,
-    by_key: HashMap<[u8; 32], PeerId>,
-    peer_limit: usize,
-    allowed: AllowedIps<PeerId>,
-    indices: HashMap<u32, IndexEntry>,
-    rng: ChaCha20Rng,
-    mono_base: Instant,
-    wall_base: SystemTime,
-    mtu: usize,
-    control: VecDeque<Control>,
-    /// Padded path MTU probes waiting to be sent (too big for `control`).
-    pmtu_probes: VecDeque<pmtu::QueuedProbe>,
-    /// Padding never grows a packet beyond what the paths carry.
-    padding_cap: usize,
-    /// Peers with staged packets that may now be sendable.
-    pending_flush: Vec<PeerId>,
-    /// Peers whose reorder window has packets ready for the TUN.
-    reorder_ready: Vec<PeerId>,
-    handshake_window: (Instant, u32),
-    /// Handshakes the batch being received may still spend DH work on.
-    handshake_budget: u32,
-    source_limiter: SourceRateLimiter,
-    under_load_until: Option<Instant>,
-    scratch_indices: Vec<u32>,
-    /// The crypto jobs of `encapsulate`/`decapsulate` (the one-call forms).
-    scratch_jobs: CryptoJobs,
-    /// braid's extensions (hello, probes, multipath); off = behave exactly
-    /// like stock WireGuard.
-    extensions: bool,
-    /// The interface's `Cipher =` and whether this CPU has AES instructions.
-    cipher: CipherPolicy,
-    aes_hardware: bool,
-    /// REKEY_AFTER_TIME, shortened only by fault tests (see
-    /// [`Device::set_rekey_after_time_for_tests`]).
-    rekey_after_time: Duration,
-    /// The interface's `Compression =` and the compressor's buffers.
-    compression: crate::compress::CompressionPolicy,
-    lz4: crate::compress::Lz4,
-    pub counters: DeviceCounters,
 }
 
 impl Device {

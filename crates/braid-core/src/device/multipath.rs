@@ -1,7 +1,7 @@
 //! Several lines per peer: choosing the paths a packet takes, saying hello
 //! to find out whether the peer speaks braid, and probing every path.
 
-use super::{Device, IndexEntry};
+use super::state::{Device, IndexEntry};
 use crate::consts::REJECT_AFTER_TIME;
 use crate::ext::{self, ExtMessage, ProbeBody};
 use crate::messages::{self, DATA_HEADER_LEN, DATA_MIN_LEN};

@@ -3,7 +3,7 @@
 //! batch, so a 9 KB probe costs no allocation), answers the peer's and
 //! tells the I/O layer what the tunnel MTU may be.
 
-use super::Device;
+use super::state::{Device, QueuedProbe};
 use crate::batch::PacketBatch;
 use crate::ext::{ExtMessage, PmtuBody, MAX_PADDED_PAYLOAD};
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
@@ -15,13 +15,6 @@ use std::time::Instant;
 /// Probes waiting for `poll_transmit` (at most one per path is out at a
 /// time, so this only overflows with hundreds of peers).
 const MAX_QUEUED_PROBES: usize = 256;
-
-pub(super) struct QueuedProbe {
-    pid: PeerId,
-    line: u16,
-    remote: SocketAddr,
-    body: PmtuBody,
-}
 
 /// A path as the I/O layer needs it to look up its line's MTU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! shaper queues (outbound packets leave through `poll_transmit`, inbound
 //! ones through `poll_tun`, when their tokens are due).
 
-use super::Device;
+use super::state::Device;
 use crate::batch::{PacketBatch, HEADROOM};
 use crate::peer::{Peer, PeerId};
 use std::net::SocketAddr;

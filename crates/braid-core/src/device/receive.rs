@@ -5,8 +5,9 @@
 //! The statistics counted here saturate: what a peer sends drives them,
 //! and a wrapped counter would read as a small one.
 
+use super::jobs::CryptoJobs;
 use super::jobs::Outcome;
-use super::{CryptoJobs, Device, IndexEntry};
+use super::state::{Device, IndexEntry};
 use crate::batch::PacketBatch;
 use crate::cipher::DataKeys;
 use crate::consts::*;

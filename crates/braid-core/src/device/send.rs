@@ -1,8 +1,9 @@
 //! The outgoing path: IP packets from the TUN become data messages in place;
 //! packets without a session wait in the peer's staging queue.
 
+use super::jobs::CryptoJobs;
 use super::multipath::Destinations;
-use super::{CryptoJobs, Device};
+use super::state::Device;
 use crate::batch::{PacketBatch, HEADROOM};
 use crate::consts::*;
 use crate::ip::Ip;

@@ -4,7 +4,7 @@
 //! `Net::arrivals`), and the check every packet that reaches a TUN passes
 //! ([`check_tun_packet`]).
 
-use super::NodeId;
+use super::fixtures::NodeId;
 use crate::device::Device;
 use std::net::{Ipv4Addr, SocketAddr};
 

@@ -3,7 +3,8 @@
 //! time. See the module documentation of `testing` for the model.
 
 use super::capture::{check_tun_packet, Arrival, Datagram, Refusals};
-use super::{clock, device, NodeId};
+use super::clock;
+use super::fixtures::{device, ipv4, NodeId};
 use crate::batch::{PacketBatch, HEADROOM};
 use crate::device::{Device, PeerInfo};
 use crate::peer::PeerId;
@@ -250,7 +251,7 @@ impl Net {
     /// An IPv4 packet from `from`'s tunnel address to `to`'s carrying
     /// `payload` enters `from`'s TUN (see [`Net::send_packet`]).
     pub fn send(&mut self, from: NodeId, to: NodeId, payload: &[u8]) {
-        let packet = super::ipv4(self.tun(from), self.tun(to), 17, payload);
+        let packet = ipv4(self.tun(from), self.tun(to), 17, payload);
         self.send_packet(from, &packet);
     }
 

@@ -1,0 +1,118 @@
+//! What a [`Device`] holds between calls. The methods live by job in the
+//! sibling modules (`mod.rs`: configuration and timers; `handshake`, `send`,
+//! `receive`, `multipath`, `pmtu`, `rate`, `compression`), which all work on
+//! these fields.
+
+use super::jobs::CryptoJobs;
+use crate::allowed_ips::AllowedIps;
+use crate::cipher::CipherPolicy;
+use crate::cookie::CookieChecker;
+use crate::ext::PmtuBody;
+use crate::messages::INITIATION_LEN;
+use crate::noise::LocalStatic;
+use crate::peer::{Peer, PeerId};
+use crate::ratelimiter::SourceRateLimiter;
+use rand_chacha::ChaCha20Rng;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Device-wide counters of what was dropped and why (attacker-triggerable
+/// events are counted, never logged per packet). They saturate: a wrapped
+/// counter would read as a small one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Datagrams that are no WireGuard message (type/length mismatch).
+    pub invalid_datagrams: u64,
+    /// Handshake messages whose mac1 was wrong.
+    pub invalid_mac: u64,
+    /// Handshake messages that failed to decrypt or named no known peer.
+    pub handshake_rejected: u64,
+    /// Initiations dropped as replays or for exceeding the per-peer rate.
+    pub handshake_flood_dropped: u64,
+    pub cookie_replies_sent: u64,
+    /// Handshake messages with a valid cookie dropped by the per-source
+    /// rate limit (under load only, as WireGuard).
+    pub handshake_rate_limited: u64,
+    /// Handshake messages dropped because their batch had used up
+    /// `MAX_HANDSHAKES_PER_BATCH`.
+    pub handshake_over_budget: u64,
+    /// Data messages for a receiver index we do not have.
+    pub unknown_index: u64,
+    /// Packets from the TUN with no peer in AllowedIPs.
+    pub no_route: u64,
+    /// Control messages dropped because the output queue was full.
+    pub control_queue_full: u64,
+    /// Packets a reorder window could not take (its ready queue was full).
+    pub reorder_overflow: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum IndexEntry {
+    /// Our pending initiation to this peer.
+    Handshake(PeerId),
+    /// One of this peer's sessions.
+    Session(PeerId),
+}
+
+/// A small outgoing message (handshake, cookie reply, keepalive).
+pub(super) struct Control {
+    pub(super) line: u16,
+    pub(super) dst: SocketAddr,
+    pub(super) len: usize,
+    pub(super) bytes: [u8; INITIATION_LEN],
+}
+
+/// A padded path MTU probe waiting for its turn (too big for `control`).
+pub(super) struct QueuedProbe {
+    pub(super) pid: PeerId,
+    pub(super) line: u16,
+    pub(super) remote: SocketAddr,
+    pub(super) body: PmtuBody,
+}
+
+/// One WireGuard interface: keys, peers, sessions, paths and queues. Its
+/// behaviour is [`Device`]'s methods, in `device/mod.rs` and its siblings.
+pub struct Device {
+    pub(super) local: Option<LocalStatic>,
+    pub(super) checker: Option<CookieChecker>,
+    pub(super) peers: Vec<Option<Peer>>,
+    pub(super) by_key: HashMap<[u8; 32], PeerId>,
+    pub(super) peer_limit: usize,
+    pub(super) allowed: AllowedIps<PeerId>,
+    pub(super) indices: HashMap<u32, IndexEntry>,
+    pub(super) rng: ChaCha20Rng,
+    pub(super) mono_base: Instant,
+    pub(super) wall_base: SystemTime,
+    pub(super) mtu: usize,
+    pub(super) control: VecDeque<Control>,
+    /// Padded path MTU probes waiting to be sent (too big for `control`).
+    pub(super) pmtu_probes: VecDeque<QueuedProbe>,
+    /// Padding never grows a packet beyond what the paths carry.
+    pub(super) padding_cap: usize,
+    /// Peers with staged packets that may now be sendable.
+    pub(super) pending_flush: Vec<PeerId>,
+    /// Peers whose reorder window has packets ready for the TUN.
+    pub(super) reorder_ready: Vec<PeerId>,
+    pub(super) handshake_window: (Instant, u32),
+    /// Handshakes the batch being received may still spend DH work on.
+    pub(super) handshake_budget: u32,
+    pub(super) source_limiter: SourceRateLimiter,
+    pub(super) under_load_until: Option<Instant>,
+    pub(super) scratch_indices: Vec<u32>,
+    /// The crypto jobs of `encapsulate`/`decapsulate` (the one-call forms).
+    pub(super) scratch_jobs: CryptoJobs,
+    /// braid's extensions (hello, probes, multipath); off = behave exactly
+    /// like stock WireGuard.
+    pub(super) extensions: bool,
+    /// The interface's `Cipher =` and whether this CPU has AES instructions.
+    pub(super) cipher: CipherPolicy,
+    pub(super) aes_hardware: bool,
+    /// REKEY_AFTER_TIME, shortened only by fault tests (see
+    /// [`Device::set_rekey_after_time_for_tests`]).
+    pub(super) rekey_after_time: Duration,
+    /// The interface's `Compression =` and the compressor's buffers.
+    pub(super) compression: crate::compress::CompressionPolicy,
+    pub(super) lz4: crate::compress::Lz4,
+    pub counters: DeviceCounters,
+}
