@@ -18,7 +18,6 @@
 //! per 64 KiB instead of per segment on both sides of the tunnel.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -27,12 +26,12 @@ use braid_core::batch::{PacketBatch, HEADROOM, TAILROOM};
 
 use crate::offload::VNET_HDR_LEN;
 
+mod fd;
 mod offload_io;
 
+pub use fd::TunRead;
+use fd::{Counters, Step, TunFd, NO_ADDR};
 use offload_io::{ReadScratch, WriteScratch};
-
-/// Packets from the TUN have no remote address; slots get this one.
-const NO_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 
 /// The offloads we ask for: checksum and TCP segmentation for both IP
 /// versions. No ECN (CWR) super-packets and no UDP segmentation: the kernel
@@ -48,24 +47,12 @@ pub enum Offload {
     Off,
 }
 
-/// What one [`Tun::read_batch`] brought.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TunRead {
-    /// Packets now in the batch.
-    pub packets: usize,
-    /// The TUN had nothing more when the read ended: another read right
-    /// away would only be a system call that finds it empty.
-    pub emptied: bool,
-}
-
 /// An open, non-persistent TUN interface; see the module documentation.
 #[derive(Debug)]
 pub struct Tun {
-    fd: OwnedFd,
+    dev: TunFd,
     name: String,
     offload: bool,
-    dropped: AtomicU64,
-    stats: Counters,
     rx: Mutex<ReadScratch>,
     tx: Mutex<WriteScratch>,
 }
@@ -81,26 +68,6 @@ pub struct OffloadStats {
     pub super_packets_written: u64,
     /// Batch packets that went out inside those super-packets.
     pub segments_written: u64,
-}
-
-/// [`OffloadStats`] as it is counted: updated once per super-packet, not
-/// per packet. Like `Tun::dropped` these fetch_add, which wraps: counting
-/// packets at a billion a second, a u64 lasts 584 years, so no saturating
-/// compare-and-swap loop on the data path.
-#[derive(Debug, Default)]
-struct Counters {
-    super_packets_read: AtomicU64,
-    segments_read: AtomicU64,
-    super_packets_written: AtomicU64,
-    segments_written: AtomicU64,
-}
-
-/// What one packet read/write did, for the batch loops.
-enum Step {
-    Done(usize),
-    WouldBlock,
-    /// This packet failed (e.g. `EINVAL` for a malformed packet); go on.
-    Skip,
 }
 
 impl Tun {
@@ -138,11 +105,13 @@ impl Tun {
 
     fn new(fd: OwnedFd, name: String, offload: bool) -> Tun {
         Tun {
-            fd,
+            dev: TunFd {
+                fd,
+                dropped: AtomicU64::new(0),
+                stats: Counters::default(),
+            },
             name,
             offload,
-            dropped: AtomicU64::new(0),
-            stats: Counters::default(),
             rx: Mutex::new(ReadScratch::new(offload)),
             tx: Mutex::new(WriteScratch::new()),
         }
@@ -220,12 +189,12 @@ impl Tun {
     /// Packets dropped so far: too long to read into a slot, rejected by the
     /// kernel on write (malformed), or left over when a write would block.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.dev.dropped.load(Ordering::Relaxed)
     }
 
     /// Counts of what offload did (all zero in plain mode).
     pub fn offload_stats(&self) -> OffloadStats {
-        let c = &self.stats;
+        let c = &self.dev.stats;
         OffloadStats {
             super_packets_read: c.super_packets_read.load(Ordering::Relaxed),
             segments_read: c.segments_read.load(Ordering::Relaxed),
@@ -253,7 +222,9 @@ impl Tun {
     /// (see [`has_pending`](Self::has_pending)), nothing is dropped.
     pub fn read_batch(&self, batch: &mut PacketBatch) -> io::Result<TunRead> {
         if self.offload {
-            return self.read_batch_offload(batch);
+            return self
+                .dev
+                .read_batch_offload(&mut self.rx.lock().unwrap(), batch);
         }
         batch.clear();
         // PacketBatch::new asserts stride > HEADROOM + TAILROOM, so max >= 1
@@ -266,9 +237,9 @@ impl Tun {
             // one byte of the (still unused) tailroom more: a read that fills
             // it was a packet too long for the slot.
             let buf = &mut batch.slot_buf_mut(n)[HEADROOM..HEADROOM + max + 1];
-            match self.read_packet(buf) {
+            match self.dev.read_packet(buf) {
                 Ok(Step::Done(len)) if len > max => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.dev.dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(Step::Done(len)) => {
                     batch.set_packet(n, HEADROOM, len, NO_ADDR);
@@ -305,7 +276,9 @@ impl Tun {
     /// packets they were.
     pub fn write_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
         if self.offload {
-            return self.write_batch_offload(batch);
+            return self
+                .dev
+                .write_batch_offload(&mut self.tx.lock().unwrap(), batch);
         }
         let mut written = 0;
         for i in 0..batch.len() {
@@ -313,66 +286,32 @@ impl Tun {
             if pkt.is_empty() {
                 continue;
             }
-            match self.write_packet(pkt)? {
+            match self.dev.write_packet(pkt)? {
                 Step::Done(_) => written += 1,
                 Step::Skip => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.dev.dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 Step::WouldBlock => {
                     let rest = (i..batch.len())
                         .filter(|&j| !batch.packet(j).is_empty())
                         .count();
-                    self.dropped.fetch_add(rest as u64, Ordering::Relaxed);
+                    self.dev.dropped.fetch_add(rest as u64, Ordering::Relaxed);
                     break;
                 }
             }
         }
         Ok(written)
     }
-
-    fn read_packet(&self, buf: &mut [u8]) -> io::Result<Step> {
-        loop {
-            // SAFETY: `buf` is a live, writable buffer of `buf.len()` bytes.
-            let r = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            return match crate::sys::cvt_size(r) {
-                Ok(0) => Ok(Step::WouldBlock),
-                Ok(len) => Ok(Step::Done(len.min(buf.len()))),
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => Ok(Step::WouldBlock),
-                    _ => Err(e),
-                },
-            };
-        }
-    }
-
-    fn write_packet(&self, pkt: &[u8]) -> io::Result<Step> {
-        loop {
-            // SAFETY: `pkt` is a live buffer of `pkt.len()` bytes; write only
-            // reads it.
-            let r = unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
-            return match crate::sys::cvt_size(r) {
-                Ok(len) => Ok(Step::Done(len)),
-                Err(e) => match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => Ok(Step::WouldBlock),
-                    // The descriptor or device is gone: nothing more will work.
-                    Some(libc::EBADF | libc::EBADFD | libc::EFAULT) => Err(e),
-                    _ => Ok(Step::Skip),
-                },
-            };
-        }
-    }
 }
 
 impl AsRawFd for Tun {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.dev.fd.as_raw_fd()
     }
 }
 
 impl AsFd for Tun {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.dev.fd.as_fd()
     }
 }

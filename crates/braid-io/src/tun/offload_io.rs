@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use braid_core::batch::{PacketBatch, HEADROOM, TAILROOM};
 
-use super::{Step, Tun, TunRead, NO_ADDR};
+use super::fd::{Step, TunFd, TunRead, NO_ADDR};
 use crate::offload::coalesce::{write_gso_header, Planner, GSO_HEADER_MAX, MAX_MEMBERS};
 use crate::offload::split::Tso;
 use crate::offload::{complete_checksum, VnetHdr, F_NEEDS_CSUM, GSO_NONE, VNET_HDR_LEN};
@@ -86,14 +86,16 @@ impl WriteScratch {
     }
 }
 
-impl Tun {
-    pub(super) fn read_batch_offload(&self, batch: &mut PacketBatch) -> io::Result<TunRead> {
+impl TunFd {
+    pub(super) fn read_batch_offload(
+        &self,
+        rx: &mut ReadScratch,
+        batch: &mut PacketBatch,
+    ) -> io::Result<TunRead> {
         batch.clear();
         // PacketBatch::new asserts stride > HEADROOM + TAILROOM.
         let max = batch.stride() - HEADROOM - TAILROOM;
         let capacity = batch.capacity();
-        let mut rx = self.rx.lock().unwrap();
-        let rx = &mut *rx;
         let mut n = 0;
         let mut emptied = false;
         if let Some(mut p) = rx.pending.take() {
@@ -213,8 +215,11 @@ impl Tun {
         }
     }
 
-    pub(super) fn write_batch_offload(&self, batch: &PacketBatch) -> io::Result<usize> {
-        let mut tx = self.tx.lock().unwrap();
+    pub(super) fn write_batch_offload(
+        &self,
+        tx: &mut WriteScratch,
+        batch: &PacketBatch,
+    ) -> io::Result<usize> {
         let WriteScratch {
             planner,
             iovs,

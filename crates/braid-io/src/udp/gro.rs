@@ -27,7 +27,7 @@ use braid_core::batch::PacketBatch;
 
 use super::addr::{decode_addr, UNSPECIFIED};
 use super::cmsg::{arrival_time, gro_segment, CmsgBuf};
-use super::{lock, UdpSocket};
+use super::fd::SocketFd;
 
 /// Scratch buffers for coalesced messages, i.e. messages per `recvmmsg`
 /// with GRO on.
@@ -137,6 +137,10 @@ pub(super) struct RxScratch {
 unsafe impl Send for RxScratch {}
 
 impl RxScratch {
+    pub(super) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Grows the arrays to hold `n` messages; allocates only the first time
     /// a batch this large is seen.
     fn reserve(&mut self, n: usize) {
@@ -175,22 +179,16 @@ impl RxScratch {
     }
 }
 
-impl UdpSocket {
-    /// Whether datagrams received earlier wait to be handed out: the next
-    /// [`recv_batch`](Self::recv_batch) returns them even if the socket
-    /// has nothing new (so do not wait for readability first).
-    pub fn has_pending(&self) -> bool {
-        !lock(&self.rx).pending.is_empty()
-    }
-
+impl SocketFd {
+    /// Receives into `batch` with the scratch `s`; see
+    /// [`UdpSocket::recv_batch`](super::UdpSocket::recv_batch).
     pub(super) fn recv_into(
         &self,
+        s: &mut RxScratch,
         batch: &mut PacketBatch,
         mut times: Option<&mut [Option<SystemTime>]>,
     ) -> io::Result<usize> {
         batch.clear();
-        let mut guard = lock(&self.rx);
-        let s = &mut *guard;
         let mut filled = s.pending.hand_out(batch, 0, times.as_deref_mut());
         if filled < batch.capacity() {
             filled = if self.gro_enabled() {

@@ -18,14 +18,18 @@ use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use braid_core::batch::PacketBatch;
 
 use super::addr::{encode_addr, reachable};
 use super::cmsg::{set_segment, SegmentCmsgBuf};
-use super::{lock, UdpSocket, SEND_WAIT};
+use super::fd::SocketFd;
 use crate::poll::{self, Interest};
+
+/// How long [`UdpSocket::send_batch`](super::UdpSocket::send_batch) waits for a full send buffer to drain
+/// before it drops the rest of the batch.
+const SEND_WAIT: Duration = Duration::from_millis(100);
 
 /// The kernel's limit on segments per GSO message (UDP_MAX_SEGMENTS).
 pub(super) const MAX_SEGMENTS: usize = 64;
@@ -218,14 +222,15 @@ impl TxScratch {
     }
 }
 
-impl UdpSocket {
+impl SocketFd {
+    /// Sends `batch` (only line `line`'s datagrams, if given) with the
+    /// scratch `s`; see [`UdpSocket::send_batch`](super::UdpSocket::send_batch).
     pub(super) fn send_filtered(
         &self,
+        s: &mut TxScratch,
         batch: &PacketBatch,
         line: Option<u16>,
     ) -> io::Result<usize> {
-        let mut guard = lock(&self.tx);
-        let s = &mut *guard;
         s.reserve(batch.len() + batch.copies().len());
         collect_datagrams(batch, line, &mut s.datagrams);
         let before = s.datagrams.len();

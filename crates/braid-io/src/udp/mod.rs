@@ -20,6 +20,7 @@
 
 mod addr;
 mod cmsg;
+mod fd;
 mod gro;
 mod gso;
 
@@ -29,7 +30,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use braid_core::batch::PacketBatch;
 
@@ -37,6 +38,7 @@ use crate::sys::setsockopt_int;
 
 use addr::{decode_addr, encode_addr};
 pub use cmsg::arrival_time;
+use fd::SocketFd;
 use gro::RxScratch;
 use gso::TxScratch;
 
@@ -48,23 +50,12 @@ use gso::TxScratch;
 /// 5 s where one line had none); with 8 MiB, none.
 pub const SOCKET_BUFFER: usize = 8 << 20;
 
-/// How long [`UdpSocket::send_batch`] waits for a full send buffer to drain
-/// before it drops the rest of the batch.
-const SEND_WAIT: Duration = Duration::from_millis(100);
-
 /// A non-blocking UDP socket with batched I/O; see the module documentation.
 #[derive(Debug)]
 pub struct UdpSocket {
-    fd: OwnedFd,
-    ipv6: bool,
-    port: u16,
+    sock: SocketFd,
     rx: Mutex<RxScratch>,
     tx: Mutex<TxScratch>,
-    dropped: AtomicU64,
-    /// Sends coalesce runs of datagrams with UDP_SEGMENT.
-    gso: AtomicBool,
-    /// The kernel may coalesce received datagrams (UDP_GRO is set).
-    gro: AtomicBool,
 }
 
 impl UdpSocket {
@@ -172,57 +163,51 @@ impl UdpSocket {
         let gro = setsockopt_int(raw, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
 
         Ok(UdpSocket {
-            fd,
-            ipv6,
-            port,
+            sock: SocketFd {
+                fd,
+                ipv6,
+                port,
+                dropped: AtomicU64::new(0),
+                gso: AtomicBool::new(gso),
+                gro: AtomicBool::new(gro),
+            },
             rx: Mutex::new(RxScratch::default()),
             tx: Mutex::new(TxScratch::default()),
-            dropped: AtomicU64::new(0),
-            gso: AtomicBool::new(gso),
-            gro: AtomicBool::new(gro),
         })
     }
 
     /// The local port (useful after binding port 0).
     pub fn local_port(&self) -> u16 {
-        self.port
+        self.sock.port
     }
 
     /// Whether this is an IPv6 (dual-stack) socket.
     pub fn is_ipv6(&self) -> bool {
-        self.ipv6
+        self.sock.ipv6
     }
 
     /// Datagrams dropped on send so far: unreachable or oversized ones, and
     /// those left over when the send buffer stayed full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
-    fn count_dropped(&self, n: usize) {
-        // fetch_add wraps, but one per datagram at a billion a second a
-        // u64 lasts 584 years: no saturating CAS loop on the send path.
-        if n > 0 {
-            self.dropped.fetch_add(n as u64, Ordering::Relaxed);
-        }
+        self.sock.dropped.load(Ordering::Relaxed)
     }
 
     /// Whether sends coalesce datagrams with UDP segmentation offload: the
     /// kernel has it and has not refused it on this socket yet.
     pub fn gso_enabled(&self) -> bool {
-        self.gso.load(Ordering::Relaxed)
+        self.sock.gso.load(Ordering::Relaxed)
     }
 
     /// Whether the kernel may coalesce received datagrams (UDP_GRO); they
     /// are split again before [`recv_batch`](Self::recv_batch) returns.
     pub fn gro_enabled(&self) -> bool {
-        self.gro.load(Ordering::Relaxed)
+        self.sock.gro.load(Ordering::Relaxed)
     }
 
     /// Stops coalescing sends (a driver that mangles GSO, a comparison
     /// run); there is no way back for this socket.
     pub fn disable_gso(&self) {
-        self.gso.store(false, Ordering::Relaxed);
+        self.sock.gso.store(false, Ordering::Relaxed);
     }
 
     /// Switches receive coalescing on or off. Switch before traffic flows:
@@ -230,7 +215,7 @@ impl UdpSocket {
     /// while GRO is on.
     pub fn set_gro(&self, on: bool) -> io::Result<()> {
         setsockopt_int(
-            self.fd.as_raw_fd(),
+            self.sock.fd.as_raw_fd(),
             libc::SOL_UDP,
             libc::UDP_GRO,
             on as libc::c_int,
@@ -238,11 +223,18 @@ impl UdpSocket {
         .map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!("set UDP_GRO on UDP port {}: {e}", self.port),
+                format!("set UDP_GRO on UDP port {}: {e}", self.sock.port),
             )
         })?;
-        self.gro.store(on, Ordering::Relaxed);
+        self.sock.gro.store(on, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether datagrams received earlier wait to be handed out: the next
+    /// [`recv_batch`](Self::recv_batch) returns them even if the socket
+    /// has nothing new (so do not wait for readability first).
+    pub fn has_pending(&self) -> bool {
+        lock(&self.rx).has_pending()
     }
 
     /// Clears `batch` and receives the datagrams that are ready, up to its
@@ -256,7 +248,7 @@ impl UdpSocket {
     /// scratch ([`has_pending`](Self::has_pending)); the next call returns
     /// them first.
     pub fn recv_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
-        self.recv_into(batch, None)
+        self.sock.recv_into(&mut lock(&self.rx), batch, None)
     }
 
     /// Connects the socket to `to` (connect(2)): the kernel then delivers
@@ -264,7 +256,7 @@ impl UdpSocket {
     pub fn connect(&self, to: SocketAddr) -> io::Result<()> {
         // SAFETY: all-zero sockaddr_storage is valid.
         let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
-        let len = encode_addr(to, self.ipv6, &mut ss).ok_or_else(|| {
+        let len = encode_addr(to, self.sock.ipv6, &mut ss).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{to} is not reachable from this socket's family"),
@@ -273,7 +265,7 @@ impl UdpSocket {
         // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
         crate::sys::cvt(unsafe {
             libc::connect(
-                self.fd.as_raw_fd(),
+                self.sock.fd.as_raw_fd(),
                 (&ss as *const libc::sockaddr_storage).cast(),
                 len,
             )
@@ -286,7 +278,7 @@ impl UdpSocket {
     /// time (SO_TIMESTAMPNS), for [`recv_batch_timed`](Self::recv_batch_timed).
     pub fn enable_rx_timestamps(&self) -> io::Result<()> {
         setsockopt_int(
-            self.fd.as_raw_fd(),
+            self.sock.fd.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_TIMESTAMPNS,
             1,
@@ -302,7 +294,7 @@ impl UdpSocket {
         batch: &mut PacketBatch,
         times: &mut [Option<SystemTime>],
     ) -> io::Result<usize> {
-        self.recv_into(batch, Some(times))
+        self.sock.recv_into(&mut lock(&self.rx), batch, Some(times))
     }
 
     /// Sends every non-empty slot of `batch` to its address with
@@ -318,26 +310,27 @@ impl UdpSocket {
     /// With GSO, runs of same-size datagrams to one destination leave as
     /// one message each; the count returned is still of datagrams.
     pub fn send_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
-        self.send_filtered(batch, None)
+        self.sock.send_filtered(&mut lock(&self.tx), batch, None)
     }
 
     /// Like [`send_batch`](Self::send_batch), but only the datagrams (and
     /// extra copies) the batch assigns to local line `line`: each line of a
     /// multipath tunnel has a socket of its own.
     pub fn send_batch_on_line(&self, batch: &PacketBatch, line: u16) -> io::Result<usize> {
-        self.send_filtered(batch, Some(line))
+        self.sock
+            .send_filtered(&mut lock(&self.tx), batch, Some(line))
     }
 }
 
 impl AsRawFd for UdpSocket {
     fn as_raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.sock.fd.as_raw_fd()
     }
 }
 
 impl AsFd for UdpSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.sock.fd.as_fd()
     }
 }
 
