@@ -300,25 +300,11 @@ fn process_running(pid: i32) -> bool {
     }
 }
 
+/// The daemon's pid, from the control socket's peer credentials.
 fn peer_pid(stream: &std::os::unix::net::UnixStream) -> Option<i32> {
-    use std::os::fd::AsRawFd;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt SO_PEERCRED fills a ucred of the given length.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0 && cred.pid > 0).then_some(cred.pid)
+    uapi::peer_credentials(stream)
+        .map(|c| c.pid)
+        .filter(|&pid| pid > 0)
 }
 
 fn mtu_cmd(name: &str, json: bool) -> Result<(), String> {

@@ -40,6 +40,29 @@ pub fn socket_path(name: &str) -> PathBuf {
     Path::new(SOCKET_DIR).join(format!("{name}.sock"))
 }
 
+/// The credentials of the process on the other end of a connected unix
+/// socket (SO_PEERCRED): who is talking to a control socket.
+pub fn peer_credentials(stream: &std::os::unix::net::UnixStream) -> Option<libc::ucred> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt SO_PEERCRED fills a ucred of the given length.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred)
+}
+
 /// A positive `errno.h` value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Errno(pub i32);

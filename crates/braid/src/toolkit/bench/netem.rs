@@ -13,6 +13,7 @@
 //!    the one-way delay on the same clock and reports |delay − 3 ms| at the
 //!    50th and 99th percentile.
 
+use super::args::Args;
 use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
@@ -47,41 +48,15 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         rate: 50_000,
         json: false,
     };
-    let mut it = argv.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let bad = |name: &str, v: &str| format!("{name}: {v:?} is not a valid value");
-        match a.as_str() {
+    let mut args = Args::new(argv);
+    while let Some(a) = args.next() {
+        match a {
             "-h" | "--help" => return Ok(None),
             "--json" => o.json = true,
-            "--seconds" => {
-                let v = val(a)?;
-                o.seconds = v.parse().ok().filter(|s| *s > 0.0).ok_or(bad(a, &v))?;
-            }
-            "--runs" => {
-                let v = val(a)?;
-                o.runs = v.parse().ok().filter(|r| *r > 0).ok_or(bad(a, &v))?;
-            }
-            "--size" => {
-                let v = val(a)?;
-                o.size = v
-                    .parse()
-                    .ok()
-                    .filter(|s| (16..=65000).contains(s))
-                    .ok_or(bad(a, &v))?;
-            }
-            "--rate" => {
-                let v = val(a)?;
-                o.rate = v
-                    .parse()
-                    .ok()
-                    .filter(|r| (100..=1_000_000).contains(r))
-                    .ok_or(bad(a, &v))?;
-            }
+            "--seconds" => o.seconds = args.number(a, 0.01..=3600.0)?,
+            "--runs" => o.runs = args.number(a, 1..=100)?,
+            "--size" => o.size = args.number(a, 16..=65000)?,
+            "--rate" => o.rate = args.number(a, 100..=1_000_000)?,
             _ => {
                 return Err(format!(
                     "unknown flag {a:?}; see `braid bench netem --help`"

@@ -19,6 +19,7 @@ mod aead;
 mod openssl;
 mod report;
 
+use super::args::Args;
 use aead::measure_parallel;
 pub use aead::{seal_rate, Cipher, Op, SIZES};
 use report::{OpensslRow, Results, Row};
@@ -55,24 +56,14 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         openssl: true,
     };
     let mut seconds = None;
-    let mut it = argv.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
+    let mut args = Args::new(argv);
+    while let Some(a) = args.next() {
+        match a {
             "-h" | "--help" => return Ok(None),
             "--json" => o.json = true,
             "--quick" => o.quick = true,
             "--no-openssl" => o.openssl = false,
-            "--seconds" => {
-                let v = it.next().ok_or("--seconds needs a value")?;
-                seconds = Some(
-                    v.parse::<f64>()
-                        .ok()
-                        .filter(|s| (0.01..=60.0).contains(s))
-                        .ok_or(format!(
-                            "--seconds: {v:?} is not a time in seconds (0.01-60)"
-                        ))?,
-                );
-            }
+            "--seconds" => seconds = Some(args.number(a, 0.01..=60.0)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }

@@ -30,6 +30,7 @@ mod plan;
 mod report;
 mod run;
 
+use crate::toolkit::bench::args::{require_root, Args};
 use crate::toolkit::lab;
 use plan::{Measure, Opts, SECTIONS};
 use run::Bench;
@@ -66,36 +67,17 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         only: SECTIONS.iter().map(|s| s.to_string()).collect(),
     };
     let (mut short, mut long, mut runs) = (None, None, None);
-    let mut it = argv.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let secs = |name: &str, v: String| {
-            v.parse::<u32>()
-                .ok()
-                .filter(|s| (1..=600).contains(s))
-                .ok_or(format!("{name}: {v:?} is not a number of seconds (1-600)"))
-        };
-        match a.as_str() {
+    let mut args = Args::new(argv);
+    while let Some(a) = args.next() {
+        match a {
             "-h" | "--help" => return Ok(None),
             "--json" => o.json = true,
             "--quick" => o.quick = true,
-            "--seconds" => short = Some(secs(a, val(a)?)?),
-            "--long-seconds" => long = Some(secs(a, val(a)?)?),
-            "--runs" => {
-                let v = val(a)?;
-                runs = Some(
-                    v.parse::<usize>()
-                        .ok()
-                        .filter(|r| (1..=20).contains(r))
-                        .ok_or(format!("--runs: {v:?} is not a number of runs (1-20)"))?,
-                );
-            }
+            "--seconds" => short = Some(args.number(a, 1..=600)?),
+            "--long-seconds" => long = Some(args.number(a, 1..=600)?),
+            "--runs" => runs = Some(args.number(a, 1..=20)?),
             "--only" => {
-                let v = val(a)?;
+                let v = args.value(a)?;
                 o.only = v.split(',').map(|s| s.trim().to_string()).collect();
                 if let Some(bad) = o.only.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
                     return Err(format!(
@@ -118,10 +100,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         print!("{USAGE}");
         return Ok(());
     };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("bench lines needs root (network namespaces, TUN)".into());
-    }
+    require_root("lines")?;
     lab::require_tools(&["ip", "iperf3", "ping"])?;
     lab::catch_stop_signals();
     let cases = plan::plan(&o);

@@ -22,6 +22,7 @@ mod run;
 mod underlay_loss;
 mod vpn;
 
+use crate::toolkit::bench::args::{require_root, Args};
 use crate::toolkit::lab;
 use measure::Progress;
 use plan::Opts;
@@ -80,38 +81,27 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         label: None,
     };
     let (mut seconds, mut rounds) = (None, None);
-    let mut it = argv.iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        let number = |name: &str, v: String, max: u32| {
-            v.parse::<u32>()
-                .ok()
-                .filter(|n| (1..=max).contains(n))
-                .ok_or(format!("{name}: {v:?} is not a number from 1 to {max}"))
-        };
-        match a.as_str() {
+    let mut args = Args::new(argv);
+    while let Some(a) = args.next() {
+        match a {
             "-h" | "--help" => return Ok(None),
             "--json" => o.json = true,
             "--quick" => o.quick = true,
-            "--vpn" => o.vpn = VpnKind::parse(&val(a)?)?,
-            "--cipher" => o.cipher = Cipher::parse(&val(a)?)?,
-            "--seconds" => seconds = Some(number(a, val(a)?, 600)?),
-            "--rounds" => rounds = Some(number(a, val(a)?, 50)? as usize),
-            "--netem" => o.netem = Some(val(a)?),
-            "--label" => o.label = Some(val(a)?),
-            "--paths" => o.paths = number(a, val(a)?, 2)?,
+            "--vpn" => o.vpn = VpnKind::parse(&args.value(a)?)?,
+            "--cipher" => o.cipher = Cipher::parse(&args.value(a)?)?,
+            "--seconds" => seconds = Some(args.number(a, 1..=600)?),
+            "--rounds" => rounds = Some(args.number(a, 1..=50)?),
+            "--netem" => o.netem = Some(args.value(a)?),
+            "--label" => o.label = Some(args.value(a)?),
+            "--paths" => o.paths = args.number(a, 1..=2)?,
             "--transport" => {
-                o.transport_tcp = match val(a)?.as_str() {
+                o.transport_tcp = match args.value(a)?.as_str() {
                     "udp" => false,
                     "tcp" => true,
                     v => return Err(format!("--transport: {v:?} is not udp or tcp")),
                 }
             }
-            "--loss" => o.loss = Some(underlay_loss::parse(&val(a)?)?),
+            "--loss" => o.loss = Some(underlay_loss::parse(&args.value(a)?)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -138,10 +128,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         print!("{USAGE}");
         return Ok(());
     };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err("bench tunnel needs root (network namespaces, TUN)".into());
-    }
+    require_root("tunnel")?;
     run::check_tools(&o.vpn)?;
     lab::catch_stop_signals();
     let mut progress = Progress::new(&o.label());

@@ -324,25 +324,9 @@ fn braid(lab: &mut Lab, cipher: Cipher, net: &Net) -> LabResult<Tunnel> {
 
 /// The process on the other end of a unix socket (SO_PEERCRED).
 fn socket_peer_pid(path: &Path) -> Option<u32> {
-    use std::os::fd::AsRawFd;
     let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt SO_PEERCRED fills a ucred of the given length.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
+    let pid = crate::uapi::peer_credentials(&stream)?.pid;
+    u32::try_from(pid).ok().filter(|&pid| pid > 0)
 }
 
 /// Waits for a foreground VPN's UAPI socket; fails early if it died.
