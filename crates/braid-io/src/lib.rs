@@ -16,6 +16,7 @@
 pub mod netcfg;
 pub mod offload;
 pub mod poll;
+mod sockaddr;
 mod sys;
 pub mod tcp;
 pub mod tun;

@@ -65,3 +65,19 @@ pub(crate) fn cvt_size(ret: libc::ssize_t) -> std::io::Result<usize> {
         Ok(ret as usize)
     }
 }
+
+/// Ties socket `fd` to interface `dev` (SO_BINDTODEVICE): what it sends
+/// leaves through that interface whatever the routing table prefers.
+pub(crate) fn bind_to_device(fd: std::os::fd::RawFd, dev: &str) -> std::io::Result<()> {
+    // SAFETY: passes the interface name bytes and their exact length.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            dev.as_ptr().cast(),
+            dev.len() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}

@@ -9,7 +9,8 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use crate::sys::{cvt, setsockopt_int};
+use crate::sockaddr::sockaddr_of;
+use crate::sys::{bind_to_device, cvt, setsockopt_int};
 
 /// Token of the listening socket in the epoll set.
 pub const LISTENER: u64 = u64::MAX;
@@ -199,28 +200,18 @@ pub fn start_connect(
     // SAFETY: `fd` is new and owned by nobody else; TcpStream closes it.
     let stream = unsafe { TcpStream::from_raw_fd(fd) };
     if let Some(dev) = device {
-        // SAFETY: passes the interface name bytes and their exact length.
-        cvt(unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_BINDTODEVICE,
-                dev.as_ptr().cast(),
-                dev.len() as libc::socklen_t,
-            )
-        })
-        .map_err(|e| {
+        bind_to_device(fd, dev).map_err(|e| {
             io::Error::new(e.kind(), format!("bind TCP socket to interface {dev}: {e}"))
         })?;
     }
     tune_stream(fd, notsent_lowat, fwmark)?;
     if let Some(ip) = local {
-        let (ss, len) = sockaddr(SocketAddr::new(ip, 0));
+        let (ss, len) = sockaddr_of(SocketAddr::new(ip, 0));
         // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
         cvt(unsafe { libc::bind(fd, (&ss as *const libc::sockaddr_storage).cast(), len) })
             .map_err(|e| io::Error::new(e.kind(), format!("bind TCP socket to {ip}: {e}")))?;
     }
-    let (ss, len) = sockaddr(remote);
+    let (ss, len) = sockaddr_of(remote);
     // SAFETY: `ss` holds a valid sockaddr of `len` bytes.
     match cvt(unsafe { libc::connect(fd, (&ss as *const libc::sockaddr_storage).cast(), len) }) {
         Ok(_) => Ok(stream),
@@ -260,42 +251,6 @@ pub fn send_vectored(fd: RawFd, iov: &mut [libc::iovec]) -> io::Result<usize> {
     // caller keeps alive for the call; the kernel only reads them.
     let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
     crate::sys::cvt_size(n)
-}
-
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero sockaddr_storage is valid.
-    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    let ptr: *mut libc::sockaddr_storage = &mut ss;
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
-            unsafe { ptr.cast::<libc::sockaddr_in>().write(sin) };
-            mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
-            unsafe { ptr.cast::<libc::sockaddr_in6>().write(sin6) };
-            mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
 }
 
 /// A peer address as the core should see it: IPv4 peers of a dual-stack

@@ -25,9 +25,9 @@ use std::time::SystemTime;
 
 use braid_core::batch::PacketBatch;
 
-use super::addr::{decode_addr, UNSPECIFIED};
 use super::cmsg::{arrival_time, gro_segment, CmsgBuf};
 use super::fd::SocketFd;
+use crate::sockaddr::{decode_addr, UNSPECIFIED};
 
 /// Scratch buffers for coalesced messages, i.e. messages per `recvmmsg`
 /// with GRO on.

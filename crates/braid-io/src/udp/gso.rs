@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use braid_core::batch::PacketBatch;
 
-use super::addr::{encode_addr, reachable};
 use super::cmsg::{set_segment, SegmentCmsgBuf};
 use super::fd::SocketFd;
 use crate::poll::{self, Interest};
+use crate::sockaddr::{encode_addr, reachable};
 
 /// How long [`UdpSocket::send_batch`](super::UdpSocket::send_batch) waits for a full send buffer to drain
 /// before it drops the rest of the batch.

@@ -18,7 +18,6 @@
 //! one datagram per slot either way; [`UdpSocket::gso_enabled`] and
 //! [`UdpSocket::gro_enabled`] say which offloads a socket uses.
 
-mod addr;
 mod cmsg;
 mod fd;
 mod gro;
@@ -36,7 +35,7 @@ use braid_core::batch::PacketBatch;
 
 use crate::sys::setsockopt_int;
 
-use addr::{decode_addr, encode_addr};
+use crate::sockaddr::{decode_addr, encode_addr};
 pub use cmsg::arrival_time;
 use fd::SocketFd;
 use gro::RxScratch;
@@ -110,17 +109,7 @@ impl UdpSocket {
             setsockopt_int(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
         }
         if let Some(dev) = device {
-            // SAFETY: passes the interface name bytes and their exact length.
-            crate::sys::cvt(unsafe {
-                libc::setsockopt(
-                    raw,
-                    libc::SOL_SOCKET,
-                    libc::SO_BINDTODEVICE,
-                    dev.as_ptr().cast(),
-                    dev.len() as libc::socklen_t,
-                )
-            })
-            .map_err(|e| {
+            crate::sys::bind_to_device(raw, dev).map_err(|e| {
                 io::Error::new(e.kind(), format!("bind UDP socket to interface {dev}: {e}"))
             })?;
         }

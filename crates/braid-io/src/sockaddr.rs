@@ -1,4 +1,5 @@
-//! Socket addresses to and from the kernel's `sockaddr` forms.
+//! Socket addresses to and from the kernel's `sockaddr` forms, for the UDP
+//! and the TCP sockets.
 //!
 //! A dual-stack socket speaks IPv6 only: IPv4 peers become v4-mapped
 //! addresses on the way out and plain [`SocketAddr::V4`] on the way in, so
@@ -7,21 +8,31 @@
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-pub(super) const UNSPECIFIED: SocketAddr =
+pub(crate) const UNSPECIFIED: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
 
 /// Whether a socket of the given family can send to `addr` at all.
-pub(super) fn reachable(addr: SocketAddr, ipv6: bool) -> bool {
+pub(crate) fn reachable(addr: SocketAddr, ipv6: bool) -> bool {
     ipv6 || match addr {
         SocketAddr::V4(_) => true,
         SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
     }
 }
 
+/// `addr` as a sockaddr of its own family (what `bind` and `connect` of a
+/// socket made for that family take).
+pub(crate) fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero sockaddr_storage is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { mem::zeroed() };
+    let len =
+        encode_addr(addr, addr.is_ipv6(), &mut ss).expect("an address reaches its own family");
+    (ss, len)
+}
+
 /// Writes `addr` as a sockaddr for a socket of the given family into `out`;
 /// returns its length, or `None` when an IPv4 socket cannot reach it.
 /// IPv4 addresses become v4-mapped on an IPv6 socket.
-pub(super) fn encode_addr(
+pub(crate) fn encode_addr(
     addr: SocketAddr,
     ipv6: bool,
     out: &mut libc::sockaddr_storage,
@@ -70,7 +81,7 @@ pub(super) fn encode_addr(
 
 /// Reads a sockaddr the kernel filled in; v4-mapped IPv6 addresses come
 /// back as [`SocketAddr::V4`].
-pub(super) fn decode_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+pub(crate) fn decode_addr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     let ptr: *const libc::sockaddr_storage = ss;
     match ss.ss_family as libc::c_int {
         libc::AF_INET if len as usize >= mem::size_of::<libc::sockaddr_in>() => {
