@@ -63,7 +63,11 @@ pub fn run(data: &[u8]) {
                 let ephemeral = StaticSecret::from(input.array::<32>());
                 let sender = input.u32();
                 let mut msg = [0u8; INITIATION_LEN];
-                noise::create_initiation(local, &remote, ephemeral, &timestamp, sender, &mut msg);
+                if noise::create_initiation(local, &remote, ephemeral, &timestamp, sender, &mut msg)
+                    .is_err()
+                {
+                    continue;
+                }
                 forger_cookie.add_macs(pair.now(), &mut msg);
                 if input.bool() {
                     steer::mutate(&mut input, &mut msg);
@@ -98,7 +102,11 @@ pub fn run(data: &[u8]) {
                 let remote = RemoteStatic::new(&b_local, a_public, psk);
                 let ephemeral = StaticSecret::from(input.array::<32>());
                 let mut msg = [0u8; RESPONSE_LEN];
-                noise::create_response(&received, &remote, ephemeral, input.u32(), &mut msg);
+                if noise::create_response(&received, &remote, ephemeral, input.u32(), &mut msg)
+                    .is_err()
+                {
+                    continue;
+                }
                 if input.bool() {
                     steer::mutate(&mut input, &mut msg);
                 }

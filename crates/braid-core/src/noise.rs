@@ -21,8 +21,28 @@ fn initial_chain() -> (Hash, Hash) {
     (ck, h)
 }
 
-fn dh(private: &StaticSecret, public: &[u8; 32]) -> [u8; 32] {
-    private.diffie_hellman(&PublicKey::from(*public)).to_bytes()
+/// X25519, refusing a low-order `public`: its result is all zeros whatever
+/// our scalar, so anyone can compute it and it authenticates nobody. Linux
+/// WireGuard (`curve25519` returning false) and wireguard-go (`isZero` on the
+/// shared secret) refuse it the same way; `was_contributory` compares in
+/// constant time.
+fn dh(private: &StaticSecret, public: &[u8; 32]) -> Result<[u8; 32], AuthError> {
+    let shared = private.diffie_hellman(&PublicKey::from(*public));
+    if shared.was_contributory() {
+        Ok(shared.to_bytes())
+    } else {
+        Err(AuthError)
+    }
+}
+
+/// Whether `public` is a point of small order (the all-zero key is one):
+/// every DH with it gives zero, so no handshake with it can authenticate
+/// anyone. Configuration and the userspace API refuse such keys.
+pub fn is_low_order(public: &[u8; 32]) -> bool {
+    // Any clamped scalar is a multiple of the cofactor 8, which kills the
+    // small-order part of a point: the result is zero exactly when the
+    // point has no other part, whatever the scalar.
+    dh(&StaticSecret::from([0x42; 32]), public).is_err()
 }
 
 /// Our static identity.
@@ -43,8 +63,9 @@ impl LocalStatic {
 pub struct RemoteStatic {
     pub public: [u8; 32],
     pub preshared: [u8; 32],
-    /// DH(our static, their static), computed once per key change.
-    pub static_static: [u8; 32],
+    /// DH(our static, their static), computed once per key change; `None`
+    /// for a low-order key (then every handshake with this peer fails).
+    pub static_static: Option<[u8; 32]>,
 }
 
 impl RemoteStatic {
@@ -52,7 +73,7 @@ impl RemoteStatic {
         RemoteStatic {
             public,
             preshared,
-            static_static: dh(&local.private, &public),
+            static_static: dh(&local.private, &public).ok(),
         }
     }
 }
@@ -60,7 +81,9 @@ impl RemoteStatic {
 impl Drop for RemoteStatic {
     fn drop(&mut self) {
         self.preshared.zeroize();
-        self.static_static.zeroize();
+        if let Some(ss) = self.static_static.as_mut() {
+            ss.zeroize();
+        }
     }
 }
 
@@ -92,7 +115,8 @@ impl Drop for InitiatorHandshake {
 }
 
 /// Writes an initiation (without macs) into `out` and returns the state to
-/// finish the handshake with.
+/// finish the handshake with; `Err` (nothing written) when the peer's key
+/// is of low order.
 pub fn create_initiation(
     local: &LocalStatic,
     remote: &RemoteStatic,
@@ -100,13 +124,14 @@ pub fn create_initiation(
     timestamp: &Timestamp,
     local_index: u32,
     out: &mut [u8; messages::INITIATION_LEN],
-) -> InitiatorHandshake {
+) -> Result<InitiatorHandshake, AuthError> {
+    let static_static = remote.static_static.ok_or(AuthError)?;
     let (ck, h) = initial_chain();
     let h = hash(&[&h, &remote.public]);
     let e_pub = PublicKey::from(&ephemeral).to_bytes();
     let ck = kdf1(&ck, &e_pub);
     let h = hash(&[&h, &e_pub]);
-    let (ck, k) = kdf2(&ck, &dh(&ephemeral, &remote.public));
+    let (ck, k) = kdf2(&ck, &dh(&ephemeral, &remote.public)?);
 
     messages::write_header(out, messages::TYPE_INITIATION);
     out[ini::SENDER..ini::SENDER + 4].copy_from_slice(&local_index.to_le_bytes());
@@ -119,7 +144,7 @@ pub fn create_initiation(
         &mut out[ini::STATIC..ini::STATIC + ini::STATIC_LEN],
     );
     let h = hash(&[&h, &out[ini::STATIC..ini::STATIC + ini::STATIC_LEN]]);
-    let (ck, k) = kdf2(&ck, &remote.static_static);
+    let (ck, k) = kdf2(&ck, &static_static);
     crypto::seal(
         &k,
         0,
@@ -132,12 +157,12 @@ pub fn create_initiation(
         &out[ini::TIMESTAMP..ini::TIMESTAMP + ini::TIMESTAMP_LEN],
     ]);
     out[ini::MAC1..].fill(0);
-    InitiatorHandshake {
+    Ok(InitiatorHandshake {
         chaining_key: ck,
         hash: h,
         ephemeral,
         local_index,
-    }
+    })
 }
 
 /// A decrypted initiation: who sent it and the state to answer it with.
@@ -169,12 +194,12 @@ pub fn consume_initiation(
     e_pub.copy_from_slice(&msg[ini::EPHEMERAL..ini::EPHEMERAL + 32]);
     let ck = kdf1(&ck, &e_pub);
     let h = hash(&[&h, &e_pub]);
-    let (ck, k) = kdf2(&ck, &dh(&local.private, &e_pub));
+    let (ck, k) = kdf2(&ck, &dh(&local.private, &e_pub)?);
     let sealed_static = &msg[ini::STATIC..ini::STATIC + ini::STATIC_LEN];
     let mut peer_public = [0u8; 32];
     crypto::open(&k, 0, sealed_static, &h, &mut peer_public)?;
     let h = hash(&[&h, sealed_static]);
-    let (ck, k) = kdf2(&ck, &dh(&local.private, &peer_public));
+    let (ck, k) = kdf2(&ck, &dh(&local.private, &peer_public)?);
     let sealed_ts = &msg[ini::TIMESTAMP..ini::TIMESTAMP + ini::TIMESTAMP_LEN];
     let mut timestamp = [0u8; 12];
     crypto::open(&k, 0, sealed_ts, &h, &mut timestamp)?;
@@ -190,19 +215,21 @@ pub fn consume_initiation(
 }
 
 /// Writes the response (without macs) to a received initiation and returns
-/// the responder's transport keys.
+/// the responder's transport keys; `Err` (nothing written) for a low-order
+/// key, which [`consume_initiation`] has already refused for any initiation
+/// it let through.
 pub fn create_response(
     received: &ReceivedInitiation,
     remote: &RemoteStatic,
     ephemeral: StaticSecret,
     local_index: u32,
     out: &mut [u8; messages::RESPONSE_LEN],
-) -> SessionKeys {
+) -> Result<SessionKeys, AuthError> {
     let e_pub = PublicKey::from(&ephemeral).to_bytes();
     let ck = kdf1(&received.chaining_key, &e_pub);
     let h = hash(&[&received.hash, &e_pub]);
-    let ck = kdf1(&ck, &dh(&ephemeral, &received.remote_ephemeral));
-    let ck = kdf1(&ck, &dh(&ephemeral, &remote.public));
+    let ck = kdf1(&ck, &dh(&ephemeral, &received.remote_ephemeral)?);
+    let ck = kdf1(&ck, &dh(&ephemeral, &remote.public)?);
     let (ck, tau, k) = kdf3(&ck, &remote.preshared);
     let h = hash(&[&h, &tau]);
 
@@ -219,7 +246,7 @@ pub fn create_response(
     );
     out[rsp::MAC1..].fill(0);
     let (recv, send) = kdf2(&ck, &[]);
-    SessionKeys { send, recv }
+    Ok(SessionKeys { send, recv })
 }
 
 /// Checks a response against our pending initiation and returns the
@@ -234,8 +261,8 @@ pub fn consume_response(
     e_pub.copy_from_slice(&msg[rsp::EPHEMERAL..rsp::EPHEMERAL + 32]);
     let ck = kdf1(&state.chaining_key, &e_pub);
     let h = hash(&[&state.hash, &e_pub]);
-    let ck = kdf1(&ck, &dh(&state.ephemeral, &e_pub));
-    let ck = kdf1(&ck, &dh(&local.private, &e_pub));
+    let ck = kdf1(&ck, &dh(&state.ephemeral, &e_pub)?);
+    let ck = kdf1(&ck, &dh(&local.private, &e_pub)?);
     let (ck, tau, k) = kdf3(&ck, &remote.preshared);
     let h = hash(&[&h, &tau]);
     let mut empty = [0u8; 0];

@@ -95,7 +95,8 @@ impl Lab {
             &timestamp,
             self.rng.next_u32(),
             &mut msg,
-        );
+        )
+        .expect("B's key is not of low order");
         CookieState::new(&b_pub).add_macs(self.net.now, &mut msg);
         msg
     }

@@ -44,7 +44,8 @@ fn handshake_matches_independent_implementation() {
         &ts,
         v["index_i"].as_u64().unwrap() as u32,
         &mut init,
-    );
+    )
+    .unwrap();
     CookieState::new(&responder.public).add_macs(now, &mut init);
     assert_eq!(
         init.to_vec(),
@@ -62,7 +63,8 @@ fn handshake_matches_independent_implementation() {
         StaticSecret::from(key(&v, "ephemeral_r")),
         v["index_r"].as_u64().unwrap() as u32,
         &mut resp,
-    );
+    )
+    .unwrap();
     CookieState::new(&initiator.public).add_macs(now, &mut resp);
     assert_eq!(
         resp.to_vec(),

@@ -33,7 +33,8 @@ fn initiation(from: &LocalStatic, to: [u8; 32], seconds: u64, index: u32) -> [u8
         &noise::tai64n(seconds, 0),
         index,
         &mut msg,
-    );
+    )
+    .expect("the responder's key is not of low order");
     CookieState::new(&to).add_macs(clock::epoch(), &mut msg);
     msg
 }

@@ -504,7 +504,9 @@ impl PeerBuilder {
             "publickey" => set_once(
                 &mut self.public_key,
                 "PublicKey",
-                PublicKey::from_base64(value).map_err(|e| e.to_string()),
+                PublicKey::from_base64(value)
+                    .and_then(PublicKey::usable_for_peer)
+                    .map_err(|e| e.to_string()),
                 line,
             ),
             "presharedkey" => set_once(
@@ -1248,6 +1250,22 @@ mod tests {
                 (None, _) => "wg0.conf: ".to_string(),
             };
             assert!(msg.starts_with(&prefix), "{msg:?} vs {prefix:?}");
+        }
+    }
+
+    #[test]
+    fn low_order_peer_keys_are_refused_with_the_line() {
+        // The all-zero placeholder and the point u = 1, both of small order.
+        for key in [
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+            "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        ] {
+            let text = format!("[Interface]\nPrivateKey = {SK}\n[Peer]\nPublicKey = {key}\n");
+            let msg = parse(&text).unwrap_err().to_string();
+            assert!(
+                msg.starts_with("wg0.conf:4: key 'PublicKey': a low-order point"),
+                "{msg}"
+            );
         }
     }
 

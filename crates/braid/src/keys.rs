@@ -22,6 +22,9 @@ pub const KEY_LEN_HEX: usize = 64;
 pub enum KeyParseError {
     Base64,
     Hex,
+    /// A public key of small order (the all-zero key is one), refused for
+    /// a peer: see [`PublicKey::usable_for_peer`].
+    LowOrder,
 }
 
 impl fmt::Display for KeyParseError {
@@ -29,6 +32,10 @@ impl fmt::Display for KeyParseError {
         match self {
             KeyParseError::Base64 => f.write_str("not a valid base64-encoded 32-byte key"),
             KeyParseError::Hex => f.write_str("not a valid 64-character hex-encoded key"),
+            KeyParseError::LowOrder => f.write_str(
+                "a low-order point (such as the all-zero key): every handshake with it \
+                 could be forged by anyone who knows this interface's public key",
+            ),
         }
     }
 }
@@ -279,6 +286,18 @@ impl PublicKey {
 
     pub fn to_hex(&self) -> String {
         encode_hex(&self.0).to_string()
+    }
+
+    /// This key, if it can be a peer's: a low-order point makes every
+    /// Diffie-Hellman result zero, which anyone can compute, so the core
+    /// could never authenticate that peer. Linux WireGuard refuses to add
+    /// such a peer as well.
+    pub fn usable_for_peer(self) -> Result<Self, KeyParseError> {
+        if braid_core::noise::is_low_order(&self.0) {
+            Err(KeyParseError::LowOrder)
+        } else {
+            Ok(self)
+        }
     }
 }
 

@@ -484,6 +484,7 @@ impl SetParser {
         })?;
         if key == "public_key" {
             let pk = PublicKey::from_hex(value)
+                .and_then(PublicKey::usable_for_peer)
                 .map_err(|e| invalid(format!("invalid public_key: {e}")))?;
             if self.req.peers.iter().any(|p| p.public_key == pk) {
                 return Err(invalid("public_key repeated within one request"));
@@ -1069,6 +1070,20 @@ remove=true
         // Raw invalid UTF-8 goes through the reader, not parse_request.
         let mut c = io::Cursor::new(b"set=1\n\xff\xfe=1\n\n".to_vec());
         assert_eq!(read_request(&mut c).unwrap_err().errno, Errno::EINVAL);
+    }
+
+    #[test]
+    fn low_order_peer_keys_are_refused() {
+        for key in ["00".repeat(32), format!("01{}", "00".repeat(31))] {
+            let e = parse_request(&format!("set=1\npublic_key={key}\n\n")).unwrap_err();
+            assert_eq!(e.errno, Errno::EINVAL);
+            assert!(
+                e.message
+                    .starts_with("invalid public_key: a low-order point"),
+                "{}",
+                e.message
+            );
+        }
     }
 
     #[test]

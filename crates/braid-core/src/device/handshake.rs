@@ -28,7 +28,9 @@ impl Device {
         if !retry && !p.may_initiate(now) {
             return;
         }
-        if p.paths.is_empty() || self.local.is_none() {
+        // A low-order peer key: no initiation can be made (Linux WireGuard
+        // gives up the same way); the configuration refuses such keys.
+        if p.paths.is_empty() || self.local.is_none() || p.remote.static_static.is_none() {
             return;
         }
         if let Some(old) = self.peers[pid].as_mut().and_then(|p| p.handshake.take()) {
@@ -41,8 +43,12 @@ impl Device {
         let local = self.local.as_ref().expect("checked above");
         let p = self.peers[pid].as_mut().expect("checked above");
         let mut msg = [0u8; INITIATION_LEN];
-        let state =
-            noise::create_initiation(local, &p.remote, ephemeral, &timestamp, index, &mut msg);
+        let Ok(state) =
+            noise::create_initiation(local, &p.remote, ephemeral, &timestamp, index, &mut msg)
+        else {
+            self.indices.remove(&index);
+            return;
+        };
         p.cookie.add_macs(now, &mut msg);
         p.handshake = Some(state);
         p.last_initiation_sent = Some(now);
@@ -150,7 +156,14 @@ impl Device {
         let ephemeral = StaticSecret::from(self.random_bytes::<32>());
         let p = self.peers[pid].as_mut().expect("indexed peer exists");
         let mut response = [0u8; RESPONSE_LEN];
-        let keys = noise::create_response(&received, &p.remote, ephemeral, index, &mut response);
+        let Ok(keys) =
+            noise::create_response(&received, &p.remote, ephemeral, index, &mut response)
+        else {
+            // Not reached: consume_initiation refused low-order keys already.
+            self.indices.remove(&index);
+            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
+            return;
+        };
         p.cookie.add_macs(now, &mut response);
         let kp = Box::new(Keypair::new(
             &keys,

@@ -90,8 +90,9 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             }
             "--public" => {
                 let v = value()?;
-                let key =
-                    crate::keys::PublicKey::from_base64(&v).map_err(|_| bad("a public key", &v))?;
+                let key = crate::keys::PublicKey::from_base64(&v)
+                    .and_then(crate::keys::PublicKey::usable_for_peer)
+                    .map_err(|_| bad("a public key", &v))?;
                 public = Some(*key.as_bytes());
             }
             "--source" => {
@@ -179,7 +180,8 @@ pub fn stranger_initiation(responder: &[u8; 32]) -> [u8; INITIATION_LEN] {
         &timestamp,
         OsRng.next_u32(),
         &mut msg,
-    );
+    )
+    .expect("--public refuses low-order keys");
     CookieState::new(responder).add_macs(Instant::now(), &mut msg);
     msg
 }
