@@ -13,7 +13,7 @@ use braid_core::device::Device;
 use braid_io::Waker;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +24,8 @@ pub struct Pending {
     pub reply: SyncSender<Response>,
 }
 
-/// Creates the socket (only root may connect) and starts the accept thread.
+/// Creates the socket (only root and its owner may connect) and starts the
+/// accept thread.
 pub fn listen(name: &str, waker: Arc<Waker>) -> std::io::Result<(Receiver<Pending>, PathBuf)> {
     std::fs::create_dir_all(SOCKET_DIR)?;
     let path = socket_path(name);
@@ -38,18 +39,62 @@ pub fn listen(name: &str, waker: Arc<Waker>) -> std::io::Result<(Receiver<Pendin
         }
         std::fs::remove_file(&path)?;
     }
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let listener = bind_private(&path)?;
+    // SAFETY: geteuid has no preconditions.
+    let owner = unsafe { libc::geteuid() };
     let (tx, rx) = mpsc::channel();
+    let name = name.to_string();
     std::thread::Builder::new()
         .name("braid-uapi".into())
-        .spawn(move || accept_loop(listener, tx, waker))?;
+        .spawn(move || accept_loop(&name, listener, owner, tx, waker))?;
     Ok((rx, path))
 }
 
-fn accept_loop(listener: UnixListener, tx: Sender<Pending>, waker: Arc<Waker>) {
+/// Binds a unix socket nobody but its owner can connect to at any moment:
+/// it is created under umask 077 (as wireguard-go does), so there is no
+/// window between `bind` and `chmod` in which a local user could connect
+/// and read the private key with `get=1`; then it is set to 0600.
+fn bind_private(path: &Path) -> std::io::Result<UnixListener> {
+    // SAFETY: umask has no preconditions. It is process-wide, so it is
+    // restored right after the one bind.
+    let old = unsafe { libc::umask(0o077) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Whether the process at the other end may use the API: root, or the user
+/// that owns the socket. The file mode already keeps others out; this holds
+/// even if someone loosens it. (wireguard-go relies on the mode alone.)
+fn authorized(peer: Option<libc::ucred>, owner: libc::uid_t) -> bool {
+    peer.is_some_and(|c| c.uid == 0 || c.uid == owner)
+}
+
+fn accept_loop(
+    name: &str,
+    listener: UnixListener,
+    owner: libc::uid_t,
+    tx: Sender<Pending>,
+    waker: Arc<Waker>,
+) {
+    let mut refused: u64 = 0;
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
+        let peer = uapi::peer_credentials(&stream);
+        if !authorized(peer, owner) {
+            refused = refused.saturating_add(1);
+            // Local users could fill the log: the first few, then every 1000th.
+            if refused <= 10 || refused.is_multiple_of(1000) {
+                eprintln!(
+                    "braid[{name}]: refused a userspace API connection from uid {} (only root and uid {owner} may connect; {refused} refused so far)",
+                    peer.map_or_else(|| "unknown".to_string(), |c| c.uid.to_string())
+                );
+            }
+            continue;
+        }
         let tx = tx.clone();
         let waker = waker.clone();
         // One thread per client keeps a slow client from blocking others;
@@ -276,4 +321,94 @@ pub fn snapshot(
 /// as u64::MAX instead of its low 64 bits.
 fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn only_root_and_the_owner_are_authorized() {
+        let cred = |uid| {
+            Some(libc::ucred {
+                pid: 1,
+                uid,
+                gid: uid,
+            })
+        };
+        assert!(authorized(cred(0), 1000));
+        assert!(authorized(cred(1000), 1000));
+        assert!(!authorized(cred(65534), 1000));
+        assert!(!authorized(cred(65534), 0));
+        assert!(!authorized(None, 0));
+    }
+
+    /// Removes the test's directory, also when an assertion fails.
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// What `socat` gets back for `get=1` when run as `nobody`.
+    fn get_as_nobody(path: &Path) -> String {
+        let mut child = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "socat",
+                "-t",
+                "2",
+                "-",
+            ])
+            .arg(format!("UNIX-CONNECT:{}", path.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("setpriv and socat");
+        let _ = child.stdin.take().unwrap().write_all(b"get=1\n\n");
+        let out = child
+            .wait_with_output()
+            .expect("socat ends when the server closes");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn another_user_cannot_use_the_socket_even_with_a_loose_mode() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || Command::new("socat").arg("-V").output().is_err() {
+            eprintln!("skipped: needs root and socat");
+            return;
+        }
+        let dir = Dir(std::env::temp_dir().join(format!("braid-uapi-test-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.0.join("t.sock");
+        let listener = bind_private(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+
+        let (tx, rx) = mpsc::channel::<Pending>();
+        let waker = Arc::new(Waker::new().unwrap());
+        std::thread::spawn(move || accept_loop("test", listener, 0, tx, waker));
+        std::thread::spawn(move || {
+            for p in rx {
+                let _ = p.reply.send(Response::Ok);
+            }
+        });
+        // As the mode stands, nobody cannot even connect.
+        assert_eq!(get_as_nobody(&path), "");
+        // Loosened by hand: the credentials check still refuses.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(get_as_nobody(&path), "");
+        // Root is served.
+        let reply = uapi::query(&path, "get=1\n\n").unwrap();
+        assert!(reply.contains("errno=0"), "{reply:?}");
+    }
 }
