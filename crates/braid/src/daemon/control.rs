@@ -24,9 +24,16 @@ pub struct Pending {
     pub reply: SyncSender<Response>,
 }
 
-/// Creates the socket (only root and its owner may connect) and starts the
-/// accept thread.
-pub fn listen(name: &str, waker: Arc<Waker>) -> std::io::Result<(Receiver<Pending>, PathBuf)> {
+/// The bound userspace API socket, not served yet.
+pub struct ControlSocket {
+    name: String,
+    listener: UnixListener,
+    owner: libc::uid_t,
+}
+
+/// Creates the socket (only root and its owner may connect); clients that
+/// connect wait in its backlog until [`ControlSocket::serve`].
+pub fn listen(name: &str) -> std::io::Result<(ControlSocket, PathBuf)> {
     std::fs::create_dir_all(SOCKET_DIR)?;
     let path = socket_path(name);
     if path.exists() {
@@ -42,12 +49,25 @@ pub fn listen(name: &str, waker: Arc<Waker>) -> std::io::Result<(Receiver<Pendin
     let listener = bind_private(&path)?;
     // SAFETY: geteuid has no preconditions.
     let owner = unsafe { libc::geteuid() };
-    let (tx, rx) = mpsc::channel();
-    let name = name.to_string();
-    std::thread::Builder::new()
-        .name("braid-uapi".into())
-        .spawn(move || accept_loop(&name, listener, owner, tx, waker))?;
-    Ok((rx, path))
+    let socket = ControlSocket {
+        name: name.to_string(),
+        listener,
+        owner,
+    };
+    Ok((socket, path))
+}
+
+impl ControlSocket {
+    /// Starts the accept thread. Called after privileges are dropped:
+    /// capabilities, the bounding set and no-new-privs are per thread, and
+    /// a thread inherits them from the one that starts it.
+    pub fn serve(self, waker: Arc<Waker>) -> std::io::Result<Receiver<Pending>> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("braid-uapi".into())
+            .spawn(move || accept_loop(&self.name, self.listener, self.owner, tx, waker))?;
+        Ok(rx)
+    }
 }
 
 /// Binds a unix socket nobody but its owner can connect to at any moment:
@@ -391,12 +411,13 @@ mod tests {
         std::fs::create_dir_all(&dir.0).unwrap();
         std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
         let path = dir.0.join("t.sock");
-        let listener = bind_private(&path).unwrap();
+        let socket = ControlSocket {
+            name: "test".into(),
+            listener: bind_private(&path).unwrap(),
+            owner: 0,
+        };
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
-
-        let (tx, rx) = mpsc::channel::<Pending>();
-        let waker = Arc::new(Waker::new().unwrap());
-        std::thread::spawn(move || accept_loop("test", listener, 0, tx, waker));
+        let rx = socket.serve(Arc::new(Waker::new().unwrap())).unwrap();
         std::thread::spawn(move || {
             for p in rx {
                 let _ = p.reply.send(Response::Ok);

@@ -247,7 +247,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         })?),
         None => None,
     };
-    let (requests, path) = control::listen(name, waker.clone())?;
+    let (control_socket, path) = control::listen(name)?;
     if let Some(g) = guardian.as_mut() {
         g.socket_created()?;
     }
@@ -273,6 +273,9 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
             kept.join(" and ")
         );
     }
+    // Every thread starts from here on, after the drop: each inherits the
+    // reduced capabilities, bounding set and no-new-privs of this one.
+    let requests = control_socket.serve(waker.clone())?;
     let mss_fix = req
         .config
         .as_ref()
