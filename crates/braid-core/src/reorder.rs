@@ -536,6 +536,12 @@ impl ReorderWindow {
         self.cfg.hold_ceiling.is_zero()
     }
 
+    /// Whether the window holds packets back at all (`ReorderHold` above
+    /// zero): only then do duplicates tell it anything.
+    pub fn is_on(&self) -> bool {
+        !self.is_off()
+    }
+
     fn hold_from(&self, lateness: Duration) -> Duration {
         if self.is_off() {
             return Duration::ZERO;

@@ -84,7 +84,7 @@ impl Device {
             let datagram = batch.packet_mut(i);
             let kind = messages::classify(datagram);
             match kind {
-                Some(Kind::Data) => match self.prepare_data(now, line, src, datagram) {
+                Some(Kind::Data) => match self.prepare_data(now, datagram) {
                     Some((pid, keys)) => jobs.push(i, pid, &keys),
                     None => batch.consume(i),
                 },
@@ -146,14 +146,10 @@ impl Device {
     }
 
     /// Finds the session of a data message and pre-checks its counter.
-    /// None when it cannot be fresh (unknown index, expired, replayed).
-    fn prepare_data(
-        &mut self,
-        now: Instant,
-        line: u16,
-        src: SocketAddr,
-        datagram: &[u8],
-    ) -> Option<(PeerId, Arc<DataKeys>)> {
+    /// None when it cannot be fresh (unknown index, expired) or is a
+    /// replay nobody needs to hear about; a replay the reorder window would
+    /// learn from is opened first, so that only authenticated copies count.
+    fn prepare_data(&mut self, now: Instant, datagram: &[u8]) -> Option<(PeerId, Arc<DataKeys>)> {
         let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
         let Some(&IndexEntry::Session(pid)) = self.indices.get(&receiver) else {
             self.counters.unknown_index = self.counters.unknown_index.saturating_add(1);
@@ -166,7 +162,15 @@ impl Device {
             return None;
         }
         if !kp.may_accept(counter) {
-            p.count_replay(now, line, src, receiver, counter, datagram.len());
+            // A copy of a counter already taken: a second line's copy, or a
+            // spoofed one. Only an authenticated copy may tell the window
+            // and the path something (a forged one could move a path's
+            // progress and give gaps up early), so open it when it would;
+            // `finish_data` then counts it. Otherwise drop it unopened.
+            if p.reorder_session == Some(receiver) && p.reorder.is_on() {
+                return Some((pid, kp.keys().clone()));
+            }
+            p.counters.replayed = p.counters.replayed.saturating_add(1);
             return None;
         }
         Some((pid, kp.keys().clone()))
