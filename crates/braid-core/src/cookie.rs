@@ -95,35 +95,47 @@ impl CookieChecker {
         src: SocketAddr,
         check_mac2: bool,
     ) -> MacVerdict {
+        if !self.verify_mac1(msg) {
+            MacVerdict::Invalid
+        } else if check_mac2 && self.verify_mac2(now, msg, src) {
+            MacVerdict::Mac1AndMac2
+        } else {
+            MacVerdict::Mac1Only
+        }
+    }
+
+    /// Whether mac1 of a handshake message is right: the sender knows our
+    /// public key.
+    pub fn verify_mac1(&self, msg: &[u8]) -> bool {
         // The macs are the last 32 bytes; anything shorter has none (the
         // device passes whole handshake messages, but a short slice must
         // not underflow the offsets).
         if msg.len() < 2 * MAC_LEN {
-            return MacVerdict::Invalid;
+            return false;
         }
         let m1 = messages::mac1_range(msg.len());
         let m2 = messages::mac2_range(msg.len());
-        if !crypto::ct_eq(&mac(&self.mac1_key, &msg[..m1]), &msg[m1..m2]) {
-            return MacVerdict::Invalid;
-        }
-        if !check_mac2 {
-            return MacVerdict::Mac1Only;
+        crypto::ct_eq(&mac(&self.mac1_key, &msg[..m1]), &msg[m1..m2])
+    }
+
+    /// Whether mac2 of a handshake message (whose mac1 was checked) carries
+    /// the cookie we would give `src` now.
+    pub fn verify_mac2(&mut self, now: Instant, msg: &[u8], src: SocketAddr) -> bool {
+        if msg.len() < 2 * MAC_LEN {
+            return false;
         }
         // An expired secret yields a cookie no sender can have: mac2 fails.
         let live = self
             .secret_born
             .is_some_and(|b| now.saturating_duration_since(b) < COOKIE_SECRET_MAX_AGE);
         if !live {
-            return MacVerdict::Mac1Only;
+            return false;
         }
+        let m2 = messages::mac2_range(msg.len());
         let mut a = [0u8; 18];
         let n = address_bytes(src, &mut a);
         let cookie = mac(&self.secret, &a[..n]);
-        if crypto::ct_eq(&mac(&cookie, &msg[..m2]), &msg[m2..]) {
-            MacVerdict::Mac1AndMac2
-        } else {
-            MacVerdict::Mac1Only
-        }
+        crypto::ct_eq(&mac(&cookie, &msg[..m2]), &msg[m2..])
     }
 
     /// Writes a cookie reply to handshake message `msg` from `src`, whose

@@ -2,7 +2,6 @@
 
 use super::state::{Device, IndexEntry};
 use crate::consts::INITIATIONS_PER_SECOND;
-use crate::cookie::MacVerdict;
 use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};
 use crate::noise;
 use crate::peer::PeerId;
@@ -79,32 +78,32 @@ impl Device {
         src: SocketAddr,
         sender_index: u32,
     ) -> Admission {
-        let under_load = self.under_load(now);
-        let Some(checker) = self.checker.as_mut() else {
+        let Some(checker) = self.checker.as_ref() else {
             return Admission::Drop;
         };
-        match checker.verify(now, msg, src, under_load) {
-            MacVerdict::Invalid => {
-                self.counters.invalid_mac = self.counters.invalid_mac.saturating_add(1);
-                return Admission::Drop;
-            }
-            MacVerdict::Mac1Only if under_load => {
+        if !checker.verify_mac1(msg) {
+            self.counters.invalid_mac = self.counters.invalid_mac.saturating_add(1);
+            return Admission::Drop;
+        }
+        // Only messages with a valid mac1 (from someone who knows our
+        // public key) count toward being under load: a flood of garbage
+        // must not make real peers go through cookies.
+        let under_load = self.under_load(now);
+        if under_load {
+            let checker = self.checker.as_mut().expect("checked above");
+            if !checker.verify_mac2(now, msg, src) {
                 let mut reply = [0u8; COOKIE_REPLY_LEN];
-                let checker = self.checker.as_mut().expect("checked above");
                 checker.create_reply(now, msg, src, sender_index, &mut self.rng, &mut reply);
                 self.counters.cookie_replies_sent =
                     self.counters.cookie_replies_sent.saturating_add(1);
                 self.queue_control(line, src, &reply);
                 return Admission::Drop;
             }
-            MacVerdict::Mac1AndMac2
-                if under_load && self.source_limiter.allow(now, src.ip()) != Decision::Allowed =>
-            {
+            if self.source_limiter.allow(now, src.ip()) != Decision::Allowed {
                 self.counters.handshake_rate_limited =
                     self.counters.handshake_rate_limited.saturating_add(1);
                 return Admission::Drop;
             }
-            _ => {}
         }
         if self.handshake_budget == 0 {
             self.counters.handshake_over_budget =
