@@ -117,20 +117,25 @@ fn saturating_sum(counts: impl Iterator<Item = u64>) -> u64 {
     counts.fold(0, u64::saturating_add)
 }
 
-/// The index a new line gets when `count` lines exist. Datagrams carry
-/// their line as a u16, so a line beyond 65536 is refused rather than
-/// wrapped onto line 0 (which would send its datagrams out another
-/// interface).
+/// Most lines an interface has: the event loop polls every line's socket
+/// together with its waker and the TUN in one `poll` call of at most
+/// [`braid_io::poll::MAX_FDS`] descriptors. A line beyond that would never
+/// be read, so it is refused.
+pub const MAX_LINES: usize = braid_io::poll::MAX_FDS - 2;
+
+/// The index a new line gets when `count` lines exist, or why there is
+/// none: at most [`MAX_LINES`] (which also keeps line numbers, u16 in every
+/// datagram, from wrapping onto line 0).
 fn line_index(count: usize) -> io::Result<u16> {
-    u16::try_from(count).map_err(|_| {
-        io::Error::new(
+    if count >= MAX_LINES {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(
-                "too many lines: at most {} (distinct bind= and TCP endpoints)",
-                u16::MAX as usize + 1
+                "too many lines: at most {MAX_LINES} (the main socket, one per distinct bind=, one per TCP endpoint and the TCP listener)"
             ),
-        )
-    })
+        ));
+    }
+    u16::try_from(count).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many lines"))
 }
 
 fn describe(bind: &Bind) -> String {
@@ -145,12 +150,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn line_indices_stop_at_u16_instead_of_wrapping() {
+    fn lines_stop_where_the_event_loop_stops_polling() {
+        const { assert!(MAX_LINES < u16::MAX as usize) };
         assert_eq!(line_index(0).unwrap(), 0);
-        assert_eq!(line_index(65535).unwrap(), 65535);
-        let e = line_index(65536).unwrap_err();
+        assert_eq!(line_index(MAX_LINES - 1).unwrap() as usize, MAX_LINES - 1);
+        let e = line_index(MAX_LINES).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
-        assert!(e.to_string().contains("too many lines"), "{e}");
+        assert!(e.to_string().contains("too many lines: at most 14"), "{e}");
+        assert!(line_index(65536).is_err());
         assert!(line_index(usize::MAX).is_err());
     }
 

@@ -398,7 +398,8 @@ impl Daemon {
             let mut leftovers = [false; poll::MAX_FDS];
             let n_lines = {
                 let lines = self.shared.lines();
-                let n = lines.all().len().min(poll::MAX_FDS - 2);
+                // Every line: Lines refuses more than MAX_LINES.
+                let n = lines.all().len().min(lines::MAX_LINES);
                 for (i, socket) in lines.all().iter().take(n).enumerate() {
                     fds[1 + i] = (socket.poll_fd(), Interest::READABLE);
                     leftovers[i] = socket.has_pending();
