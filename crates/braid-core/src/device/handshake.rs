@@ -93,7 +93,7 @@ impl Device {
             let checker = self.checker.as_mut().expect("checked above");
             if !checker.verify_mac2(now, msg, src) {
                 let mut reply = [0u8; COOKIE_REPLY_LEN];
-                checker.create_reply(now, msg, src, sender_index, &mut self.rng, &mut reply);
+                checker.create_reply(now, msg, src, sender_index, &mut &mut *self.rng, &mut reply);
                 self.counters.cookie_replies_sent =
                     self.counters.cookie_replies_sent.saturating_add(1);
                 self.queue_control(line, src, &reply);

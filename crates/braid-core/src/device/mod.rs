@@ -127,7 +127,7 @@ impl Device {
             peer_limit: MAX_PEERS,
             allowed: AllowedIps::new(),
             indices: HashMap::new(),
-            rng: ChaCha20Rng::from_seed(seed),
+            rng: Box::new(ChaCha20Rng::from_seed(seed)),
             mono_base: now,
             wall_base: wall,
             mtu: DEFAULT_MTU,
@@ -153,6 +153,15 @@ impl Device {
     }
 
     // ----- configuration -----
+
+    /// Where randomness comes from. By default a generator seeded at
+    /// [`new`](Self::new), so tests and the simulator are reproducible; the
+    /// daemon passes the operating system's, so a cloned VM or a restored
+    /// snapshot does not repeat the ephemeral keys of its twin (a seeded
+    /// generator copied with the memory would).
+    pub fn set_random_source(&mut self, rng: Box<dyn RngCore + Send>) {
+        self.rng = rng;
+    }
 
     pub fn set_private_key(&mut self, private: Option<[u8; 32]>) {
         self.local = private.map(LocalStatic::new);

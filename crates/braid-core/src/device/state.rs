@@ -12,7 +12,7 @@ use crate::messages::INITIATION_LEN;
 use crate::noise::LocalStatic;
 use crate::peer::{Peer, PeerId};
 use crate::ratelimiter::SourceRateLimiter;
-use rand_chacha::ChaCha20Rng;
+use rand_core::RngCore;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
@@ -81,7 +81,9 @@ pub struct Device {
     pub(super) peer_limit: usize,
     pub(super) allowed: AllowedIps<PeerId>,
     pub(super) indices: HashMap<u32, IndexEntry>,
-    pub(super) rng: ChaCha20Rng,
+    /// Every random choice (ephemeral keys, indices, jitter, cookie
+    /// secrets); see [`Device::set_random_source`](super::Device::set_random_source).
+    pub(super) rng: Box<dyn RngCore + Send>,
     pub(super) mono_base: Instant,
     pub(super) wall_base: SystemTime,
     pub(super) mtu: usize,

@@ -20,7 +20,8 @@ pub mod guardian;
 pub mod hooks;
 pub mod line;
 pub mod lines;
-pub mod pmtu;
+mod os_random;
+mod pmtu;
 pub mod privilege;
 pub mod routes;
 pub mod tcp_lines;
@@ -195,6 +196,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     let mut seed = [0u8; 32];
     getrandom::getrandom(&mut seed).map_err(|e| std::io::Error::other(e.to_string()))?;
     let mut device = Device::new(now, SystemTime::now(), seed);
+    device.set_random_source(Box::new(os_random::OsRandom));
     device.set_mtu(mtu as usize);
     // Test only (tests/faults.rs): many rekeys within a short transfer.
     if let Some(secs) = std::env::var("BRAID_TEST_REKEY_AFTER_SECS")
