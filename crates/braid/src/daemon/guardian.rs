@@ -146,13 +146,26 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
 }
 
 /// Closes everything inherited but stdio and `keep`: holding the TUN open
-/// would keep the interface alive after the daemon.
+/// would keep the interface alive after the daemon. `close_range` (Linux
+/// 5.9) does it in one call; where it fails (an older kernel, a seccomp
+/// filter) each descriptor under the limit is closed one by one.
 fn close_inherited_fds(keep: libc::c_int) {
     let ranges = [(3, keep - 1), (keep + 1, libc::c_int::MAX)];
     for (first, last) in ranges {
-        if first <= last {
-            // SAFETY: close_range on descriptors this process owns alone.
-            unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0u32) };
+        if first > last {
+            continue;
+        }
+        // SAFETY: close_range on descriptors this process owns alone.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, first as u32, last as u32, 0u32) };
+        if rc != 0 {
+            // SAFETY: sysconf has no preconditions.
+            let limit = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+            let limit = libc::c_int::try_from(limit).unwrap_or(1 << 20).max(1024);
+            for fd in first..=last.min(limit) {
+                // SAFETY: closing a descriptor this process owns alone (or
+                // none: EBADF is ignored).
+                unsafe { libc::close(fd) };
+            }
         }
     }
 }
