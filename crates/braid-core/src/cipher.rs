@@ -124,11 +124,48 @@ const AES_LABEL: &[u8] = b"braid aes256gcm data v1";
 
 /// One session's data keys, both directions, every cipher it may use.
 /// Shared (behind an `Arc`) with the threads that seal and open outside
-/// the device lock; immutable once made.
+/// the device lock; immutable once made, wiped when the last holder drops
+/// them.
 pub struct DataKeys {
-    chacha_send: LessSafeKey,
-    chacha_recv: LessSafeKey,
-    aes: Option<(LessSafeKey, LessSafeKey)>,
+    chacha_send: Wiped<LessSafeKey>,
+    chacha_recv: Wiped<LessSafeKey>,
+    aes: Option<(Wiped<LessSafeKey>, Wiped<LessSafeKey>)>,
+}
+
+/// A value whose bytes are overwritten with zeros once it is dropped.
+/// ring keeps an AEAD key (the ChaCha20 key, the AES round keys) inline in
+/// `LessSafeKey` and does not wipe it, so without this a session's keys
+/// would stay in freed memory after the session ends (Linux WireGuard
+/// frees keypairs with `kfree_sensitive` for the same reason).
+struct Wiped<T>(std::mem::ManuallyDrop<T>);
+
+impl<T> Wiped<T> {
+    fn new(value: T) -> Self {
+        Wiped(std::mem::ManuallyDrop::new(value))
+    }
+}
+
+impl<T> std::ops::Deref for Wiped<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> Drop for Wiped<T> {
+    fn drop(&mut self) {
+        // SAFETY: the value is dropped exactly once, here, and never used
+        // again: `ManuallyDrop` keeps the compiler from dropping it a
+        // second time.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        let at = std::ptr::addr_of_mut!(self.0).cast::<std::mem::MaybeUninit<u8>>();
+        // SAFETY: `at` spans the `size_of::<T>()` bytes this wrapper owns;
+        // they are seen as `MaybeUninit<u8>` (valid whatever they hold,
+        // padding included) and only written, after the value is gone.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(at, std::mem::size_of::<T>()) };
+        bytes.zeroize();
+    }
 }
 
 /// A data message failed to open.
@@ -138,10 +175,10 @@ pub struct AuthFailed;
 impl DataKeys {
     /// Keys for a session; the AES pair only when this end offers AES.
     pub fn new(send: &Key, recv: &Key, with_aes: bool) -> DataKeys {
-        let aes = with_aes.then(|| (aes_key(send), aes_key(recv)));
+        let aes = with_aes.then(|| (Wiped::new(aes_key(send)), Wiped::new(aes_key(recv))));
         DataKeys {
-            chacha_send: crypto::aead_key(send),
-            chacha_recv: crypto::aead_key(recv),
+            chacha_send: Wiped::new(crypto::aead_key(send)),
+            chacha_recv: Wiped::new(crypto::aead_key(recv)),
             aes,
         }
     }
@@ -179,7 +216,7 @@ impl DataKeys {
     /// `DATA_HEADER_LEN`). The replay window is not touched here.
     pub fn open(&self, datagram: &mut [u8]) -> Result<usize, AuthFailed> {
         let key = match (DataCipher::of_message(datagram), &self.aes) {
-            (DataCipher::ChaCha20Poly1305, _) => &self.chacha_recv,
+            (DataCipher::ChaCha20Poly1305, _) => &*self.chacha_recv,
             (DataCipher::Aes256Gcm, Some((_, recv))) => recv,
             // We never offered AES on this session.
             (DataCipher::Aes256Gcm, None) => return Err(AuthFailed),
@@ -196,7 +233,7 @@ impl DataKeys {
 
     /// The ChaCha20-Poly1305 keys, which also seal extension messages.
     pub(crate) fn chacha(&self) -> (&LessSafeKey, &LessSafeKey) {
-        (&self.chacha_send, &self.chacha_recv)
+        (&*self.chacha_send, &*self.chacha_recv)
     }
 }
 
@@ -229,6 +266,27 @@ pub fn write_data_header(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn wiped_values_are_dropped_once_then_zeroed() {
+        use std::rc::Rc;
+        let count = Rc::new(());
+        drop(Wiped::new(Rc::clone(&count)));
+        assert_eq!(
+            Rc::strong_count(&count),
+            1,
+            "the inner value was dropped once"
+        );
+
+        let mut slot = std::mem::MaybeUninit::new(Wiped::new([0xab_u8; 32]));
+        // SAFETY: the slot holds a live value, dropped here once; its
+        // bytes are read back as plain bytes, which the drop wrote.
+        let bytes: [u8; 32] = unsafe {
+            slot.as_mut_ptr().drop_in_place();
+            std::ptr::read(slot.as_ptr().cast())
+        };
+        assert_eq!(bytes, [0; 32]);
+    }
+
     use super::*;
 
     fn message(keys: &DataKeys, cipher: DataCipher, counter: u64, text: &[u8]) -> Vec<u8> {

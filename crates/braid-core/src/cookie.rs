@@ -13,6 +13,7 @@ use crate::messages::{self, cookie_reply as cr};
 use rand_core::RngCore;
 use std::net::SocketAddr;
 use std::time::Instant;
+use zeroize::Zeroize;
 
 const LABEL_MAC1: &[u8] = b"mac1----";
 const LABEL_COOKIE: &[u8] = b"cookie--";
@@ -48,6 +49,12 @@ pub struct CookieChecker {
     cookie_key: Hash,
     secret: [u8; 32],
     secret_born: Option<Instant>,
+}
+
+impl Drop for CookieChecker {
+    fn drop(&mut self) {
+        self.secret.zeroize();
+    }
 }
 
 /// What the macs of a handshake message say.
@@ -169,6 +176,14 @@ pub struct CookieState {
     cookie: Option<([u8; MAC_LEN], Instant)>,
     /// mac1 of the last handshake message we sent: the cookie reply's AAD.
     last_mac1: Option<[u8; MAC_LEN]>,
+}
+
+impl Drop for CookieState {
+    fn drop(&mut self) {
+        if let Some((cookie, _)) = self.cookie.as_mut() {
+            cookie.zeroize();
+        }
+    }
 }
 
 impl CookieState {

@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use zeroize::Zeroizing;
 
 use serde::{Deserialize, Serialize};
 
@@ -587,10 +588,31 @@ fn secs_nsecs(t: Option<SystemTime>) -> (u64, u32) {
         .map_or((0, 0), |d| (d.as_secs(), d.subsec_nanos()))
 }
 
-/// The `get=1` reply, in wireguard-go's key order.
-pub fn format_get(snap: &DeviceSnapshot) -> String {
+/// Text that holds keys (the `get=1` reply): a buffer it outgrows is
+/// zeroized before it is freed, and so is the last one when the text is
+/// dropped, so no copy of a key stays behind in freed memory.
+struct SecretText(Zeroizing<String>);
+
+impl std::fmt::Write for SecretText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let need = self.0.len() + s.len();
+        if need > self.0.capacity() {
+            let mut bigger = String::with_capacity(need.max(2 * self.0.capacity()));
+            bigger.push_str(&self.0);
+            // The old buffer is zeroized as it is dropped here.
+            self.0 = Zeroizing::new(bigger);
+        }
+        self.0.push_str(s);
+        Ok(())
+    }
+}
+
+/// The `get=1` reply, in wireguard-go's key order; zeroized when dropped.
+pub fn format_get(snap: &DeviceSnapshot) -> Zeroizing<String> {
     use std::fmt::Write as _;
-    let mut out = String::with_capacity(256 + snap.peers.len() * 400);
+    let mut out = SecretText(Zeroizing::new(String::with_capacity(
+        256 + snap.peers.len() * 400,
+    )));
     if let Some(sk) = &snap.private_key {
         let _ = writeln!(out, "private_key={}", &*sk.to_hex());
     }
@@ -608,7 +630,7 @@ pub fn format_get(snap: &DeviceSnapshot) -> String {
                 let _ = writeln!(out, "preshared_key={}", "0".repeat(64));
             }
         }
-        out.push_str("protocol_version=1\n");
+        let _ = out.write_str("protocol_version=1\n");
         if let Some(ep) = p.endpoint {
             let _ = writeln!(out, "endpoint={ep}");
         }
@@ -626,8 +648,8 @@ pub fn format_get(snap: &DeviceSnapshot) -> String {
             let _ = writeln!(out, "allowed_ip={ip}");
         }
     }
-    out.push_str("errno=0\n\n");
-    out
+    let _ = out.write_str("errno=0\n\n");
+    out.0
 }
 
 // The JSON shape of `get=braid`. Secrets are absent by construction: these
@@ -767,13 +789,14 @@ pub fn format_braid(snap: &DeviceSnapshot) -> String {
 }
 
 impl Response {
-    /// Wire form, given the operation it answers (see [`format_errno`]).
-    pub fn to_wire(&self, op: Option<Operation>) -> String {
+    /// Wire form, given the operation it answers (see [`format_errno`]);
+    /// zeroized when dropped, since a `get` reply holds the keys.
+    pub fn to_wire(&self, op: Option<Operation>) -> Zeroizing<String> {
         match self {
-            Response::Ok => "errno=0\n\n".to_string(),
+            Response::Ok => Zeroizing::new("errno=0\n\n".to_string()),
             Response::Get(snap) => format_get(snap),
-            Response::Braid(snap) => format_braid(snap),
-            Response::Error(errno) => format_errno(op, *errno),
+            Response::Braid(snap) => Zeroizing::new(format_braid(snap)),
+            Response::Error(errno) => Zeroizing::new(format_errno(op, *errno)),
         }
     }
 }
@@ -1073,6 +1096,18 @@ remove=true
     }
 
     #[test]
+    fn secret_text_keeps_every_byte_when_it_grows() {
+        use std::fmt::Write as _;
+        let mut t = SecretText(Zeroizing::new(String::with_capacity(4)));
+        let mut plain = String::new();
+        for i in 0..1000 {
+            let _ = write!(t, "line {i} {}\n", "k".repeat(i % 70));
+            let _ = write!(plain, "line {i} {}\n", "k".repeat(i % 70));
+        }
+        assert_eq!(*t.0, plain);
+    }
+
+    #[test]
     fn low_order_peer_keys_are_refused() {
         for key in ["00".repeat(32), format!("01{}", "00".repeat(31))] {
             let e = parse_request(&format!("set=1\npublic_key={key}\n\n")).unwrap_err();
@@ -1199,7 +1234,7 @@ errno=0
 
 ";
         let mut snap = sample_snapshot();
-        assert_eq!(format_get(&snap), expected);
+        assert_eq!(*format_get(&snap), expected);
         snap.fwmark = 7;
         assert!(format_get(&snap).contains("listen_port=12912\nfwmark=7\npublic_key="));
         // braid counters stay out of the stock reply.
@@ -1411,7 +1446,7 @@ errno=0
             }
         });
         let reply = query(&path, "get=1\n\n").unwrap();
-        assert_eq!(reply, format_get(&sample_snapshot()));
+        assert_eq!(reply, *format_get(&sample_snapshot()));
         assert_eq!(reply_errno(&reply), Some(0));
         let reply = query(&path, "set=1\nlisten_port=1\n\n").unwrap();
         assert_eq!(reply, "errno=-98\n\n");

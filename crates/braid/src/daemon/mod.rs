@@ -116,6 +116,12 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
             return Err(e);
         }
     };
+    // The device holds the private key now: the config's copy goes
+    // (zeroized as it is dropped) and only the down hooks are kept.
+    let (pre_down, post_down) = req
+        .config
+        .map(|c| (c.interface.pre_down, c.interface.post_down))
+        .unwrap_or_default();
     ready.ready(&format!(
         "braid: interface {name} is up (listening on UDP port {})\n",
         daemon.state.listen_port
@@ -137,10 +143,8 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         if let Err(e) = guardian.pre_down() {
             log!(name, "PreDown through the privilege guardian: {e}");
         }
-    } else if let Some(cfg) = &req.config {
-        if let Err(e) = run_hooks(&name, &cfg.interface.pre_down) {
-            log!(name, "{e}");
-        }
+    } else if let Err(e) = run_hooks(&name, &pre_down) {
+        log!(name, "{e}");
     }
     let _ = std::fs::remove_file(&path);
     if let Err(e) = daemon.routes.remove() {
@@ -150,8 +154,8 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
     // runs PostDown and removes the socket.
     let guarded = daemon.guardian.is_some();
     drop(daemon);
-    if let Some(cfg) = req.config.as_ref().filter(|_| !guarded) {
-        if let Err(e) = run_hooks(&name, &cfg.interface.post_down) {
+    if !guarded {
+        if let Err(e) = run_hooks(&name, &post_down) {
             log!(name, "{e}");
         }
     }
