@@ -12,10 +12,12 @@
 //! exactly, be no longer than the first (a shorter one or a PSH ends the
 //! group) and carry byte-identical TCP options (timestamps included).
 //!
-//! Checksums are not verified: what reaches the TUN was authenticated by
-//! WireGuard, and the kernel still checks the checksum it receives (the
-//! rewritten header asks it to compute one, `F_NEEDS_CSUM`, so a corrupt
-//! member would not be caught; neither would it be by a NIC's GRO).
+//! Every member's checksums are verified first (the IPv4 header's, and
+//! TCP's over the pseudo header), as the kernel's GRO does: a super-packet
+//! is written with `F_NEEDS_CSUM`, so the kernel computes its checksum
+//! instead of checking the members', and a segment damaged before the far
+//! end sealed it would reach the application looking valid. A segment whose
+//! checksum fails goes out alone, as it came, for the kernel to drop.
 //!
 //! Groups are emitted in the order of their first member. Packets of
 //! different flows may thereby overtake each other; within a flow the order
@@ -109,6 +111,23 @@ impl TcpView {
 
     fn payload_len(&self, pkt: &[u8]) -> usize {
         pkt.len() - self.hdr_len
+    }
+
+    /// Whether the IPv4 header checksum and the TCP checksum (over the
+    /// pseudo header) hold.
+    fn checksums_ok(&self, pkt: &[u8]) -> bool {
+        let (src, dst) = if self.ipv6 {
+            (&pkt[8..24], &pkt[24..40])
+        } else {
+            if checksum::checksum(&pkt[..20], 0) != 0 {
+                return false;
+            }
+            (&pkt[12..16], &pkt[16..20])
+        };
+        let tcp = &pkt[self.tcp_at..];
+        // A packet is at most 64 KiB (checked by parse): the length fits.
+        let pseudo = checksum::pseudo_header(src, dst, IPPROTO_TCP, tcp.len() as u32);
+        checksum::checksum(tcp, pseudo) == 0
     }
 
     /// Plain bulk data: ACK or ACK|PSH and a payload.
@@ -209,7 +228,8 @@ impl Planner {
                 let hv = head.view.as_ref().unwrap();
                 hv.same_flow(packet(head.first), &view, pkt)
             });
-            let data = view.is_data(pkt);
+            // A damaged segment is no data to merge: it goes out alone.
+            let data = view.is_data(pkt) && view.checksums_ok(pkt);
             if let Some(k) = flow {
                 let g = self.open[k];
                 if data && self.try_append(g, packet(self.groups[g].first), i, pkt, &view) {

@@ -444,8 +444,56 @@ fn coalesces_up_to_64_kib() {
     assert_eq!(shape(&plan(&pkts)), vec![MAX_MEMBERS, 100 - MAX_MEMBERS]);
 }
 
+/// Recomputes the IPv4 header and TCP checksums of an IPv4 packet (TCP at
+/// 20), as a sender that changed a field would.
+fn refresh_checksums(p: &mut [u8]) {
+    if be16(p, 2) as usize == p.len() {
+        fix_ipv4_checksum(p, 20);
+    }
+    put16(p, 20 + 16, 0);
+    let pseudo =
+        checksum::pseudo_header(&p[12..16], &p[16..20], IPPROTO_TCP, (p.len() - 20) as u32);
+    let c = checksum::checksum(&p[20..], pseudo);
+    put16(p, 20 + 16, c);
+}
+
+/// Packet `i` changed by `f`, its checksums made right again: what differs
+/// is the field, not the checksum.
 fn modified(pkts: &mut [Vec<u8>], i: usize, f: impl FnOnce(&mut Vec<u8>)) {
     f(&mut pkts[i]);
+    refresh_checksums(&mut pkts[i]);
+}
+
+#[test]
+fn a_segment_whose_checksum_fails_is_never_merged() {
+    for ipv6 in [false, true] {
+        let spec = Spec {
+            ipv6,
+            ..Spec::default()
+        };
+        let t = if ipv6 { 40 } else { 20 };
+        // Damaged in its payload, in its TCP header, in its IPv4 header.
+        let mut damages: Vec<usize> = vec![t + 40, t + 4];
+        if !ipv6 {
+            damages.push(8);
+        }
+        for at in damages {
+            for i in 0..3 {
+                let mut pkts = segments(&spec, &[1000, 1000, 1000]);
+                pkts[i][at] ^= 0x10;
+                let p = plan(&pkts);
+                let s = shape(&p);
+                assert_eq!(s.iter().sum::<usize>(), 3, "every packet is planned");
+                let alone = p
+                    .groups()
+                    .iter()
+                    .any(|g| g.first == i && g.members == 1 && !g.is_coalesced());
+                assert!(alone, "ipv6 {ipv6}, byte {at} of packet {i}: {s:?}");
+            }
+        }
+        // Undamaged, the three are one group.
+        assert_eq!(shape(&plan(&segments(&spec, &[1000, 1000, 1000]))), vec![3]);
+    }
 }
 
 #[test]
@@ -490,7 +538,7 @@ fn does_not_coalesce_what_differs() {
     // A PSH ends the group; a shorter segment ends it; a longer one starts
     // a new one.
     let mut pkts = base();
-    pkts[1][t + 13] |= TCP_PSH;
+    modified(&mut pkts, 1, |p| p[t + 13] |= TCP_PSH);
     assert_eq!(shape(&plan(&pkts)), vec![2, 1]);
     let pkts = segments(&Spec::default(), &[1000, 500, 500]);
     assert_eq!(shape(&plan(&pkts)), vec![2, 1]);
