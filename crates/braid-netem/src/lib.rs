@@ -14,4 +14,5 @@
 //! would be a cycle.
 
 pub mod link;
+pub mod relay;
 pub mod units;
