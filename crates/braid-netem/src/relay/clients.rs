@@ -24,6 +24,9 @@ pub(super) struct Clients<T> {
     last: Option<(SocketAddr, u32)>,
     pub count: usize,
     pub evicted: u64,
+    /// Every slot ever taken is below this (slots are taken lowest first,
+    /// so a scan of the taken ones stops here, not at the table's size).
+    bound: usize,
 }
 
 impl<T> Clients<T> {
@@ -35,12 +38,18 @@ impl<T> Clients<T> {
             last: None,
             count: 0,
             evicted: 0,
+            bound: 0,
         }
     }
 
     /// Slots, taken or not (the most clients served at once).
     pub fn slots(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Every taken slot is below this.
+    pub fn bound(&self) -> usize {
+        self.bound
     }
 
     pub fn get(&self, slot: u32) -> Option<&T> {
@@ -120,12 +129,13 @@ impl<T> Clients<T> {
         });
         self.by_addr.insert(addr, slot);
         self.count += 1;
+        self.bound = self.bound.max(slot as usize + 1);
         Some(slot)
     }
 
     /// Removes every client silent for longer than [`CLIENT_IDLE`].
     pub fn expire(&mut self, now: Instant) {
-        for slot in 0..self.slots.len() {
+        for slot in 0..self.bound {
             let idle = self.slots[slot]
                 .as_ref()
                 .is_some_and(|c| now.saturating_duration_since(c.last_seen) > CLIENT_IDLE);

@@ -249,6 +249,12 @@ impl<T> Relay<T> {
         self.clients.slots()
     }
 
+    /// Every taken client slot is below this (slots are taken lowest first):
+    /// a loop over the clients' sockets can stop here.
+    pub fn slot_bound(&self) -> usize {
+        self.clients.bound()
+    }
+
     /// Client `slot`'s state, if the slot is taken.
     pub fn client(&self, slot: u32) -> Option<&T> {
         self.clients.get(slot)

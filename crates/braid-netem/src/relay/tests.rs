@@ -198,13 +198,15 @@ fn the_client_table_is_bounded_and_evicts_the_least_recently_seen() {
     let mut r = Relay::new(cfg, t0);
     let gone = Rc::new(Cell::new(0));
     let sock = || Sock(gone.clone());
-    assert_eq!(r.slots(), 2);
+    assert_eq!((r.slots(), r.slot_bound()), (2, 0));
     // Two clients fill the table; the first is then seen again.
     assert_eq!(up(&mut r, t0, client(1), b"1", sock()), Verdict::Queued);
+    assert_eq!(r.slot_bound(), 1);
     assert_eq!(
         up(&mut r, t0 + ms(1), client(2), b"2", sock()),
         Verdict::Queued
     );
+    assert_eq!(r.slot_bound(), 2);
     let unused = sock();
     assert_eq!(
         up(&mut r, t0 + ms(2), client(1), b"1", unused),

@@ -293,7 +293,7 @@ impl Relay {
         if self.listen.has_pending() {
             self.on_listen()?;
         }
-        for slot in 0..self.engine.slots() as u32 {
+        for slot in 0..self.engine.slot_bound() as u32 {
             if self.engine.client(slot).is_some_and(|s| s.has_pending()) {
                 self.on_client(slot);
             }
