@@ -410,3 +410,23 @@ fn send_counters_saturate_and_split_bytes_without_overflow() {
         (u64::MAX, u64::MAX, u64::MAX)
     );
 }
+
+#[test]
+fn a_full_pool_drops_and_counts_a_queue_drop() {
+    let t0 = origin();
+    let mut r = Relay::new(config(delayed(ms(1000)), LinkParams::default()), t0);
+    let cap = Pool::capacity();
+    for i in 0..cap {
+        let v = up(&mut r, t0, client(1), &[1u8; 100], ());
+        assert_eq!(v, Verdict::Queued, "copy {i} of {cap}");
+    }
+    // No buffer left: dropped, and counted as a queue drop (the line would
+    // have delivered it).
+    assert_eq!(up(&mut r, t0, client(1), &[1u8; 100], ()), Verdict::Dropped);
+    let s = r.stats(t0);
+    assert_eq!((s.up.offered, s.up.dropped.queue), (cap as u64 + 1, 1));
+    assert_eq!(s.up.in_flight_packets, cap as u64);
+    // Delivered copies give their buffers back.
+    assert_eq!(drain(&mut r, t0 + ms(1000)).len(), cap);
+    assert_eq!(up(&mut r, t0, client(1), &[1u8; 100], ()), Verdict::Queued);
+}
