@@ -13,6 +13,7 @@
 //! - sizes (`--queue`): `b`, `kb`, `mb` (tc's powers of 1024).
 
 use braid_netem::link::{JitterDist, LinkParams, QueueLimit};
+use braid_netem::relay::RelayConfig;
 use braid_netem::units::{self, Mode};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -42,6 +43,20 @@ pub struct Config {
     /// Run at real-time priority (SCHED_FIFO), for delays that stay
     /// precise on a busy machine.
     pub realtime: bool,
+}
+
+impl Config {
+    /// What the relay's engine needs of it.
+    pub fn relay(&self) -> RelayConfig {
+        RelayConfig {
+            to: self.to,
+            up: self.up.clone(),
+            down: self.down.clone(),
+            seed: self.seed,
+            schedule: self.schedule.clone(),
+            max_clients: self.max_clients,
+        }
+    }
 }
 
 pub const USAGE: &str = "\

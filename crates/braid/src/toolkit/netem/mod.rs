@@ -3,17 +3,21 @@
 //! MTU-limits and cuts), built on [`braid_netem::link::LinkModel`] so the
 //! simulator of the protocol tests and real runs share one line model.
 //!
-//! - [`args`]: the command line (its units are [`braid_netem::units`]);
-//! - [`relay`]: the batched epoll relay with its delay line;
+//! The relay is split the way braid splits its protocol: the sans-IO engine
+//! ([`braid_netem::relay`]: client table, packet pool, delay line, cuts,
+//! counters, deadlines) lives in braid-netem; what stays here is the Linux
+//! I/O around it:
+//!
+//! - [`args`]: the command line (its units are [`braid_netem::units`]),
+//!   parsed into a [`args::Config`] that gives the engine its
+//!   [`braid_netem::relay::RelayConfig`];
+//! - [`relay`]: the epoll loop and the sockets (the listen socket, one
+//!   upstream socket per client), batched with recvmmsg/sendmmsg through
+//!   braid-io;
 //! - [`control`]: epoll, signals and the `--control` socket;
-//! - [`stats`]: the counters and how they are printed.
+//! - [`stats`]: the counters as JSON (the engine prints them as text).
 //!
 //! `braid bench netem` is [`crate::toolkit::bench::netem`].
-//!
-//! The relay stays here rather than in braid-netem: it sends through
-//! braid-io's batched sockets, braid-io builds on braid-core (for
-//! `PacketBatch`), and braid-core's simulator builds on braid-netem, so
-//! braid-netem → braid-io would close a cycle.
 
 pub mod args;
 pub mod control;
@@ -30,11 +34,11 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let json = cfg.json;
     let mut relay = relay::Relay::new(cfg, true)?;
     eprintln!("{}", relay.banner());
-    let stats = relay.run().map_err(|e| format!("netem: {e}"))?;
+    let counters = relay.run().map_err(|e| format!("netem: {e}"))?;
     if json {
-        println!("{}", stats.to_json());
+        println!("{}", stats::to_json(&counters));
     } else {
-        print!("{}", stats.to_table());
+        print!("{}", counters.to_table());
     }
     Ok(())
 }

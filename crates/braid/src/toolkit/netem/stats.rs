@@ -1,118 +1,122 @@
-//! The relay's counters and how they are printed (text or JSON).
+//! The relay's counters as JSON. The counters themselves and their text
+//! forms are the engine's ([`braid_netem::relay::Stats`]); braid-netem
+//! stays free of serde, so the JSON shape is written down here.
 
+pub use braid_netem::relay::{DirStats, Dropped, Stats};
 use serde::Serialize;
 
-/// Drops by cause. `queue` includes datagrams the relay had no buffer for.
-#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct Dropped {
-    pub mtu: u64,
-    pub cut: u64,
-    pub loss: u64,
-    pub queue: u64,
+/// The counters on one line of JSON, with the field names of the structs.
+pub fn to_json(s: &Stats) -> String {
+    let mut out = Vec::new();
+    StatsJson::serialize(s, &mut serde_json::Serializer::new(&mut out))
+        .expect("plain numbers serialize");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
-/// One direction of the line.
-#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct DirStats {
-    /// Datagrams that entered the line.
-    pub offered: u64,
-    /// Copies handed to the kernel (duplicates included).
-    pub forwarded_packets: u64,
-    pub forwarded_bytes: u64,
-    pub dropped: Dropped,
-    pub duplicated: u64,
-    pub corrupted: u64,
-    pub reordered: u64,
-    /// Copies the kernel refused to send (full buffer, unreachable), or
-    /// whose client was evicted while they were in flight.
-    pub send_failed: u64,
-    /// Bytes waiting for the rate cap's line to be free.
-    pub queue_bytes: u64,
-    /// Copies held in the delay line now.
-    pub in_flight_packets: u64,
-    pub in_flight_bytes: u64,
+// The shapes below name every field; these patterns (no `..`) stop the
+// build when the engine's structs gain one that the JSON would miss.
+const _: fn(&Stats) = |s| {
+    let Stats {
+        uptime_s: _,
+        cut: _,
+        clients: _,
+        clients_evicted: _,
+        up: _,
+        down: _,
+    } = s;
+};
+const _: fn(&DirStats) = |d| {
+    let DirStats {
+        offered: _,
+        forwarded_packets: _,
+        forwarded_bytes: _,
+        dropped: _,
+        duplicated: _,
+        corrupted: _,
+        reordered: _,
+        send_failed: _,
+        queue_bytes: _,
+        in_flight_packets: _,
+        in_flight_bytes: _,
+    } = d;
+    let Dropped {
+        mtu: _,
+        cut: _,
+        loss: _,
+        queue: _,
+    } = &d.dropped;
+};
+
+#[derive(Serialize)]
+#[serde(remote = "Dropped")]
+struct DroppedJson {
+    mtu: u64,
+    cut: u64,
+    loss: u64,
+    queue: u64,
 }
 
-#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq)]
-pub struct Stats {
-    pub uptime_s: f64,
-    pub cut: bool,
-    pub clients: u64,
-    /// Clients that had to make room for new ones, or idled out.
-    pub clients_evicted: u64,
-    pub up: DirStats,
-    pub down: DirStats,
+#[derive(Serialize)]
+#[serde(remote = "DirStats")]
+struct DirStatsJson {
+    offered: u64,
+    forwarded_packets: u64,
+    forwarded_bytes: u64,
+    #[serde(with = "DroppedJson")]
+    dropped: Dropped,
+    duplicated: u64,
+    corrupted: u64,
+    reordered: u64,
+    send_failed: u64,
+    queue_bytes: u64,
+    in_flight_packets: u64,
+    in_flight_bytes: u64,
 }
 
-impl Stats {
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("plain numbers serialize")
-    }
+#[derive(Serialize)]
+#[serde(remote = "Stats")]
+struct StatsJson {
+    uptime_s: f64,
+    cut: bool,
+    clients: u64,
+    clients_evicted: u64,
+    #[serde(with = "DirStatsJson")]
+    up: DirStats,
+    #[serde(with = "DirStatsJson")]
+    down: DirStats,
+}
 
-    /// Everything on one line (control socket, `--stats-interval`).
-    pub fn to_line(&self) -> String {
-        format!(
-            "t={:.1}s {} clients {}; up: {}; down: {}",
-            self.uptime_s,
-            if self.cut { "CUT" } else { "up" },
-            self.clients,
-            dir_line(&self.up),
-            dir_line(&self.down)
-        )
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-    /// A small table for the end of a run.
-    pub fn to_table(&self) -> String {
-        let mut s = format!(
-            "braid netem: {:.1} s, {} client(s), {} evicted, line {}\n",
-            self.uptime_s,
-            self.clients,
-            self.clients_evicted,
-            if self.cut { "cut" } else { "up" }
+    #[test]
+    fn json_names_every_counter_in_order() {
+        let mut s = Stats {
+            uptime_s: 1.5,
+            cut: true,
+            clients: 2,
+            clients_evicted: 3,
+            ..Stats::default()
+        };
+        s.up.dropped.queue = 4;
+        s.down.in_flight_bytes = 5;
+        let dir = |queue: u64, in_flight_bytes: u64| {
+            format!(
+                "{{\"offered\":0,\"forwarded_packets\":0,\"forwarded_bytes\":0,\
+                 \"dropped\":{{\"mtu\":0,\"cut\":0,\"loss\":0,\"queue\":{queue}}},\
+                 \"duplicated\":0,\"corrupted\":0,\"reordered\":0,\"send_failed\":0,\
+                 \"queue_bytes\":0,\"in_flight_packets\":0,\"in_flight_bytes\":{in_flight_bytes}}}"
+            )
+        };
+        assert_eq!(
+            to_json(&s),
+            format!(
+                "{{\"uptime_s\":1.5,\"cut\":true,\"clients\":2,\"clients_evicted\":3,\
+                 \"up\":{},\"down\":{}}}",
+                dir(4, 0),
+                dir(0, 5)
+            )
         );
-        s += &format!("{:<22}{:>16}{:>16}\n", "", "up", "down");
-        let rows: [Row; 13] = [
-            ("offered", |d| d.offered.to_string()),
-            ("forwarded packets", |d| d.forwarded_packets.to_string()),
-            ("forwarded bytes", |d| d.forwarded_bytes.to_string()),
-            ("dropped mtu", |d| d.dropped.mtu.to_string()),
-            ("dropped cut", |d| d.dropped.cut.to_string()),
-            ("dropped loss", |d| d.dropped.loss.to_string()),
-            ("dropped queue", |d| d.dropped.queue.to_string()),
-            ("duplicated", |d| d.duplicated.to_string()),
-            ("corrupted", |d| d.corrupted.to_string()),
-            ("reordered", |d| d.reordered.to_string()),
-            ("send failed", |d| d.send_failed.to_string()),
-            ("queue bytes", |d| d.queue_bytes.to_string()),
-            ("in flight pkts/bytes", |d| {
-                format!("{}/{}", d.in_flight_packets, d.in_flight_bytes)
-            }),
-        ];
-        for (name, f) in rows {
-            s += &format!("{name:<22}{:>16}{:>16}\n", f(&self.up), f(&self.down));
-        }
-        s
     }
-}
-
-/// A table row: its name and how to get it from a direction.
-type Row = (&'static str, fn(&DirStats) -> String);
-
-fn dir_line(d: &DirStats) -> String {
-    format!(
-        "fwd {} pkts {} B, drop mtu {} cut {} loss {} queue {}, dup {}, corrupt {}, reorder {}, send-failed {}, in flight {} pkts {} B, queue {} B",
-        d.forwarded_packets,
-        d.forwarded_bytes,
-        d.dropped.mtu,
-        d.dropped.cut,
-        d.dropped.loss,
-        d.dropped.queue,
-        d.duplicated,
-        d.corrupted,
-        d.reordered,
-        d.send_failed,
-        d.in_flight_packets,
-        d.in_flight_bytes,
-        d.queue_bytes
-    )
 }
