@@ -1,0 +1,175 @@
+//! iperf3 between two namespaces, and the one reader of its JSON report
+//! (`iperf3 -J`): [`Report`].
+
+use super::netns::{cmd_in, run_in};
+use super::process::{wait_until, ChildGuard, LONG, SHORT};
+use super::LabResult;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+/// What an `iperf3 -J` run reported, TCP or UDP. The figures iperf3 left
+/// out are `None`; `json` is the whole report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Bits per second that arrived (`end.sum_received`, or `end.sum` for UDP).
+    pub received_bps: Option<f64>,
+    /// Bytes that arrived.
+    pub received_bytes: Option<f64>,
+    /// Seconds the receiver measured over.
+    pub seconds: Option<f64>,
+    /// TCP retransmissions the sender counted (`end.sum_sent.retransmits`).
+    pub retransmits: Option<u64>,
+    /// UDP only: datagrams lost (`end.sum.lost_packets`).
+    pub lost_packets: Option<u64>,
+    /// UDP only: datagrams counted (`end.sum.packets`).
+    pub packets: Option<u64>,
+    /// UDP only: percent lost (`end.sum.lost_percent`).
+    pub lost_percent: Option<f64>,
+    /// UDP only: jitter in ms (`end.sum.jitter_ms`).
+    pub jitter_ms: Option<f64>,
+    /// Bits per second of every interval (`intervals[].sum`).
+    pub interval_bps: Vec<f64>,
+    pub json: Value,
+}
+
+impl Report {
+    /// Reads iperf3's `-J` output; `Err` when it is not JSON or reports
+    /// an error.
+    pub fn parse(text: &str) -> LabResult<Report> {
+        let json: Value = serde_json::from_str(text)
+            .map_err(|e| format!("iperf3 -J output is not JSON ({e})"))?;
+        Report::from_json(json)
+    }
+
+    /// [`Report::parse`] of an already parsed report.
+    pub fn from_json(json: Value) -> LabResult<Report> {
+        if let Some(err) = json.get("error") {
+            return Err(format!("iperf3 error: {err}"));
+        }
+        let end = &json["end"];
+        let udp = &end["sum"];
+        let received = if end["sum_received"].is_object() {
+            &end["sum_received"]
+        } else {
+            udp
+        };
+        Ok(Report {
+            received_bps: received["bits_per_second"].as_f64(),
+            received_bytes: received["bytes"].as_f64(),
+            seconds: received["seconds"].as_f64(),
+            retransmits: end["sum_sent"]["retransmits"].as_u64(),
+            lost_packets: udp["lost_packets"].as_u64(),
+            packets: udp["packets"].as_u64(),
+            lost_percent: udp["lost_percent"].as_f64(),
+            jitter_ms: udp["jitter_ms"].as_f64(),
+            interval_bps: json["intervals"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|i| i["sum"]["bits_per_second"].as_f64().unwrap_or(0.0))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            json,
+        })
+    }
+}
+
+/// Bits per second an iperf3 TCP report says arrived (`end.sum_received`).
+pub fn received_bps(report: &Value) -> Option<f64> {
+    report["end"]["sum_received"]["bits_per_second"].as_f64()
+}
+
+/// The port the lab's iperf3 servers listen on (each in its own namespace).
+pub const PORT: &str = "5201";
+
+/// One iperf3 run: a one-shot server (`-s -1`) on `server_addr` in
+/// `server_ns` (its output in `server_log`), and once it listens, the
+/// client `-c server_addr -J` with `client_args` in `client_ns`, bounded by
+/// `timeout`.
+pub fn run(
+    client_ns: &str,
+    server_ns: &str,
+    server_addr: &str,
+    client_args: &[&str],
+    server_log: &Path,
+    timeout: Duration,
+) -> LabResult<Report> {
+    let mut c = cmd_in(server_ns, "iperf3");
+    c.args(["-s", "-1", "-B", server_addr, "-p", PORT]);
+    let mut server = ChildGuard::spawn(c, "iperf3 server", server_log)?;
+    let listening = wait_until(LONG, || {
+        !server.running()
+            || run_in(
+                server_ns,
+                "ss",
+                &["-Hltn", &format!("sport = :{PORT}")],
+                SHORT,
+            )
+            .stdout
+            .contains(PORT)
+    });
+    if !listening || !server.running() {
+        return Err(format!(
+            "iperf3 server did not start:\n{}",
+            server.log_text()
+        ));
+    }
+    let args: Vec<&str> = ["-c", server_addr, "-p", PORT, "-J"]
+        .into_iter()
+        .chain(client_args.iter().copied())
+        .collect();
+    let out = run_in(client_ns, "iperf3", &args, timeout);
+    drop(server);
+    Report::parse(&out.stdout).map_err(|e| format!("{e}: {}", out.describe()))
+}
+
+/// A TCP run of `secs` seconds (`reverse`: `-R`, the server sends).
+pub fn tcp(
+    client_ns: &str,
+    server_ns: &str,
+    server_addr: &str,
+    secs: u32,
+    reverse: bool,
+    server_log: &Path,
+) -> LabResult<Report> {
+    let t = secs.to_string();
+    let mut args = vec!["-t", &t, "--connect-timeout", "20000"];
+    if reverse {
+        args.push("-R");
+    }
+    let timeout = Duration::from_secs(secs as u64 + 30);
+    run(
+        client_ns,
+        server_ns,
+        server_addr,
+        &args,
+        server_log,
+        timeout,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_tcp_and_udp_reports() {
+        let tcp = r#"{"intervals":[{"sum":{"bits_per_second":1e6}}],
+            "end":{"sum_sent":{"retransmits":3},
+            "sum_received":{"bits_per_second":2e6,"bytes":1000,"seconds":4.0}}}"#;
+        let r = Report::parse(tcp).unwrap();
+        assert_eq!(r.received_bps, Some(2e6));
+        assert_eq!(r.retransmits, Some(3));
+        assert_eq!(r.interval_bps, vec![1e6]);
+        let udp = r#"{"end":{"sum":{"bits_per_second":5e5,"lost_packets":2,
+            "packets":100,"lost_percent":2.0,"jitter_ms":0.5}}}"#;
+        let r = Report::parse(udp).unwrap();
+        assert_eq!(r.received_bps, Some(5e5));
+        assert_eq!((r.lost_packets, r.packets), (Some(2), Some(100)));
+        assert_eq!(r.jitter_ms, Some(0.5));
+        assert!(Report::parse(r#"{"error":"busy"}"#).is_err());
+        assert!(Report::parse("no").is_err());
+    }
+}
