@@ -29,20 +29,24 @@ impl Keys {
 
     /// A fresh pair from `wg genkey` and `wg pubkey` (wireguard-tools).
     pub fn from_wg() -> LabResult<Keys> {
-        let private = run_program("wg", &["genkey"], SHORT)
-            .check("wg genkey")?
-            .stdout
-            .trim()
-            .to_string();
-        let mut c = Command::new("wg");
-        c.arg("pubkey");
-        let public = run_bounded_stdin(&mut c, Some(&format!("{private}\n")), SHORT)
-            .check("wg pubkey")?
-            .stdout
-            .trim()
-            .to_string();
+        let private = wg_genkey()?;
+        let public = wg_pubkey(&private)?;
         Ok(Keys { private, public })
     }
+}
+
+/// `wg genkey`
+pub fn wg_genkey() -> LabResult<String> {
+    let out = run_program("wg", &["genkey"], SHORT).check("wg genkey")?;
+    Ok(out.stdout.trim().to_string())
+}
+
+/// `wg pubkey` of a private key.
+pub fn wg_pubkey(private: &str) -> LabResult<String> {
+    let mut c = Command::new("wg");
+    c.arg("pubkey");
+    let out = run_bounded_stdin(&mut c, Some(&format!("{private}\n")), SHORT).check("wg pubkey")?;
+    Ok(out.stdout.trim().to_string())
 }
 
 /// A fresh key pair's halves as config text (private, public).

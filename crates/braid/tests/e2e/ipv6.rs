@@ -16,9 +16,7 @@
 //! Needs root, `/dev/net/tun`, iproute2, wireguard-tools, ping, socat and
 //! sha256sum. See `common/mod.rs` for the cleanup rules.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::io::Read;
 use std::time::Duration;
 
@@ -128,7 +126,7 @@ fn tunnel_case(test: &str, inner: Family, outer: Family) {
     } = env.joined_pair();
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf = |me: &Keys, peer: &Keys, host: u8, port, endpoint| IfaceConf {
         private_key: me.private.clone(),
@@ -220,7 +218,7 @@ fn two_lines_one_ipv4_one_ipv6() {
     } = env.joined_pair();
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let both = [Family::V4, Family::V6];
     let conf_b = IfaceConf {
@@ -342,7 +340,7 @@ fn full_tunnel_over_an_ipv6_line() {
     nsa.ip(&["-6", "route", "add", "default", "via", &via, "dev", &va])
         .expect_ok("a's IPv6 default route");
 
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let both = [Family::V4, Family::V6];
     let conf_a = IfaceConf {
@@ -470,7 +468,7 @@ fn ping_family(ns: &Netns, family: Family, dst: &str, count: u32) -> PingResult 
 }
 
 fn sha256(env: &TestEnv, file: &std::path::Path) -> String {
-    let out = run("sha256sum", &[&file.to_string_lossy()], LONG).expect_ok("sha256sum");
+    let out = run_program("sha256sum", &[&file.to_string_lossy()], LONG).expect_ok("sha256sum");
     let sum = out.stdout.split_whitespace().next().unwrap_or("");
     assert_eq!(
         sum.len(),
@@ -511,7 +509,8 @@ fn tcp_transfer(env: &TestEnv, from: &Netns, to: &Netns, family: Family, dst: &s
         &listen,
         &format!("CREATE:{}", received.to_string_lossy()),
     ]);
-    let mut server = ChildGuard::spawn(server, "socat receiver", &env.path("socat-rx.log"));
+    let mut server =
+        ChildGuard::spawn(server, "socat receiver", &env.path("socat-rx.log")).or_panic();
     let port = format!(":{TCP_PORT}");
     let listening = wait_until(LONG, || {
         !server.running()

@@ -16,13 +16,9 @@
 //! after warm-up. The tunnel's loss (only datagrams both lines lost, or a
 //! stalled machine dropped) is printed next to the lines' own.
 
-mod common;
-#[path = "support/traffic.rs"]
-mod traffic;
-
-use common::*;
+use crate::harness::*;
+use braid::toolkit::lab::traffic::{TcpTransfer, UdpSequence};
 use std::time::{Duration, Instant};
-use traffic::{TcpTransfer, UdpSequence};
 
 const SEQ_RATE: u32 = 200;
 const TCP_RATE: u64 = 1 << 20;
@@ -112,13 +108,11 @@ fn soak_two_impaired_lines() {
             "--seed",
             &(11 + i).to_string(),
         ]);
-        relays.push(ChildGuard::spawn(
-            cmd,
-            "netem",
-            &env.path(&format!("netem{port}.log")),
-        ));
+        relays.push(
+            ChildGuard::spawn(cmd, "netem", &env.path(&format!("netem{port}.log"))).or_panic(),
+        );
     }
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf_a = IfaceConf {
         private_key: ka.private.clone(),

@@ -10,9 +10,7 @@
 //!           198.19.x.1                     198.19.x.2
 //! ```
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::time::Duration;
 
 const TOOLS: &[&str] = &["ip", "ping", "iperf3"];
@@ -58,7 +56,7 @@ fn transfer(
     let log = env.path(&format!("iperf3-server-{repeating}.log"));
     let mut c = nsb.cmd("iperf3");
     c.args(["-s", "-1", "-B", server, "-p", port]);
-    let mut srv = ChildGuard::spawn(c, "iperf3 server", &log);
+    let mut srv = ChildGuard::spawn(c, "iperf3 server", &log).or_panic();
     assert!(
         wait_until(LONG, || {
             nsb.run("ss", &["-Hltn", &format!("sport = :{port}")], SHORT)
@@ -114,7 +112,7 @@ fn measure(test: &str, setting: &str, line: Option<&[&str]>) -> (Run, Run, Optio
         vb: _,
         veth: _veth,
     } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let tb = format!("198.19.{x}.2");
     let mut netem = None;
@@ -131,7 +129,7 @@ fn measure(test: &str, setting: &str, line: Option<&[&str]>) -> (Run, Run, Optio
                 &format!("198.18.{x}.2:51821"),
             ]);
             c.args(args);
-            netem = Some(ChildGuard::spawn(c, "braid netem", &env.path("netem.log")));
+            netem = Some(ChildGuard::spawn(c, "braid netem", &env.path("netem.log")).or_panic());
             listen
         }
     };
@@ -244,11 +242,11 @@ fn a_stock_wireguard_peer_never_gets_compressed_packets() {
         vb: _,
         veth: _veth,
     } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let tb = format!("198.19.{x}.2");
     let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
-    let _b = WgGo::start(&env, &nsb, &ifb, &conf_b);
+    let _b = wg_go(&env, &nsb, &ifb, &conf_b);
     conf_a.braid_lines = vec!["Compression = lz4".into()];
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
     a.assert_up();

@@ -6,9 +6,7 @@
 //! wireguard-go, iperf3 and ping. Outside CI a missing prerequisite skips the
 //! test with a printed reason; with `CI=true` it fails.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::path::Path;
 use std::time::Duration;
 
@@ -52,7 +50,7 @@ fn start_side<'a>(
             b.assert_up();
             Side::Braid(b)
         }
-        Impl::WireguardGo => Side::WgGo(WgGo::start(env, ns, ifname, conf)),
+        Impl::WireguardGo => Side::WgGo(wg_go(env, ns, ifname, conf)),
     }
 }
 
@@ -134,9 +132,10 @@ fn pair_test(test: &str, ia: Impl, ib: Impl, fam: Family) {
         &nsb,
         &vb,
         &format!("{ub}/{ulen}"),
-    );
+    )
+    .or_panic();
 
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf_a = IfaceConf {
         private_key: ka.private.clone(),
@@ -385,8 +384,9 @@ fn wg_quick_test(test: &str, userspace: &Path) {
         &nsb,
         &vb,
         &format!("{ub}/24"),
-    );
-    let (ka, kb) = (Keys::new(), Keys::new());
+    )
+    .or_panic();
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
 
@@ -402,7 +402,7 @@ fn wg_quick_test(test: &str, userspace: &Path) {
         }],
         ..Default::default()
     };
-    let _wg_b = WgGo::start(&env, &nsb, &ifb, &conf_b);
+    let _wg_b = wg_go(&env, &nsb, &ifb, &conf_b);
 
     // A: wg-quick + userspace implementation, initiator. No DNS, no default route.
     let conf_a = IfaceConf {
@@ -520,8 +520,8 @@ fn config_error_names_file_line_key() {
     let env = TestEnv::new(test);
     let x = env.octet();
     let ns = env.netns("c");
-    let k = Keys::new();
-    let peer = Keys::new();
+    let k = wg_keys();
+    let peer = wg_keys();
     let truncated = &k.private[..k.private.len() - 4];
 
     // (key, 1-based line, replacement line)
@@ -635,8 +635,9 @@ fn private_key_never_printed() {
         &nsb,
         &vb,
         &format!("{ub}/24"),
-    );
-    let (ka, kb) = (Keys::new(), Keys::new());
+    )
+    .or_panic();
+    let (ka, kb) = (wg_keys(), wg_keys());
     let psk = genkey(); // any 32 random bytes in base64
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
@@ -748,7 +749,7 @@ fn braid_genkey_pubkey_match_wg() {
         "braid pubkey disagrees with wg pubkey"
     );
     // And the other way round: braid pubkey of a wg-generated key.
-    let k = Keys::new();
+    let k = wg_keys();
     let ours = braid_pubkey(&k.private);
     assert!(ours.ok(), "braid pubkey: {}", ours.describe());
     assert_eq!(

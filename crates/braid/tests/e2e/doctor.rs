@@ -5,9 +5,7 @@
 //! Needs root, `/dev/net/tun`, iproute2, wg and ping; outside CI a missing
 //! prerequisite skips the test with a printed reason.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::process::Command;
 use std::time::Duration;
 
@@ -147,7 +145,7 @@ fn doctor_pair(test: &str, stock: bool) {
         veth: _veth,
     } = env.joined_pair();
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     // A's MTU is too large for the 1500-byte veth under IPv4 (1500 - 60):
     // doctor must say so.
@@ -179,7 +177,7 @@ fn doctor_pair(test: &str, stock: bool) {
     if let Some(b) = side_b.as_mut() {
         b.assert_up();
     }
-    let _stock_b = stock.then(|| WgGo::start(&env, &nsb, &ifb, &conf_b));
+    let _stock_b = stock.then(|| wg_go(&env, &nsb, &ifb, &conf_b));
     let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
     side_a.assert_up();
     assert!(

@@ -9,9 +9,7 @@
 //!  netns a: braid (foreground) ── veth 198.18.x.1/.2 ── netns b: braid (daemon)
 //! ```
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
@@ -52,7 +50,7 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
         vb: _,
         veth: _veth,
     } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
@@ -162,7 +160,7 @@ fn config_open_to_group_is_refused_with_chmod_hint() {
     let ns = env.netns("a");
     let ifname = env.ifname("a");
     let conf = IfaceConf {
-        private_key: Keys::new().private,
+        private_key: wg_keys().private,
         ..Default::default()
     };
     let path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());

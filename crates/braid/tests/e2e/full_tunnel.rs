@@ -8,9 +8,7 @@
 //! ```
 //! 198.18.250.1 has no route in a's main table, so only the tunnel reaches it.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::time::Duration;
 
 const TOOLS: &[&str] = &["ip", "ping"];
@@ -32,7 +30,7 @@ fn full_tunnel_default_route_uses_policy_rules() {
     } = env.joined_pair();
     nsb.ip(&["addr", "add", "198.18.250.1/32", "dev", "lo"])
         .expect_ok("address behind b");
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf_a = IfaceConf {
         private_key: ka.private.clone(),
