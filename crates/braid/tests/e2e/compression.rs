@@ -104,16 +104,7 @@ fn transfer(
 /// through `braid netem` in b with those arguments (a slow line).
 fn measure(test: &str, setting: &str, line: Option<&[&str]>) -> (Run, Run, Option<u64>) {
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let tb = format!("198.19.{x}.2");
     let mut netem = None;
     let endpoint = match line {
@@ -234,16 +225,7 @@ fn a_stock_wireguard_peer_never_gets_compressed_packets() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let tb = format!("198.19.{x}.2");
     let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     let _b = wg_go(&env, &nsb, &ifb, &conf_b);

@@ -33,16 +33,7 @@ fn helpers_keep_every_byte_in_order_both_ways() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ca, cb) = tunnel_confs(&ka, &kb, x);
     let knob = [("BRAID_CRYPTO_HELPERS", "2")];
     let _b = up_with_env(&env, &nsb, &ifb, &cb, &knob);

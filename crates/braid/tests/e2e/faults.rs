@@ -201,16 +201,7 @@ fn peer_restarted_tunnel_comes_back() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
     let b = up(&env, &nsb, &ifb, &cb);
     let _a = up(&env, &nsa, &ifa, &ca);
@@ -247,16 +238,7 @@ fn rekeying_during_a_transfer() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
     let knob = [("BRAID_TEST_REKEY_AFTER_SECS", "1")];
     let _b = up_with_env(&env, &nsb, &ifb, &cb, &knob);
@@ -315,16 +297,8 @@ fn roaming_to_a_new_source_address() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let va = veth.a.clone();
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
     let _b = up(&env, &nsb, &ifb, &cb);
     let _a = up(&env, &nsa, &ifa, &ca);
@@ -362,14 +336,7 @@ fn netem_line_that_corrupts_and_duplicates() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let mut relay_cmd = nsa.cmd(BRAID);
     relay_cmd.args([
         "netem",
@@ -385,8 +352,6 @@ fn netem_line_that_corrupts_and_duplicates() {
         "7",
     ]);
     let mut relay = ChildGuard::spawn(relay_cmd, "netem", &env.path("netem.log")).or_panic();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some("127.0.0.1:6001".into()));
     let _b = up(&env, &nsb, &ifb, &cb);
     let _a = up(&env, &nsa, &ifa, &ca);

@@ -75,36 +75,13 @@ fn handshake_flood_brings_cookies_and_spares_tunnels() {
 
     let (ka, kb, kc) = (wg_keys(), wg_keys(), wg_keys());
     let (ifa, ifb, ifc) = (env.ifname("a"), env.ifname("b"), env.ifname("c"));
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("198.19.{x}.1/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.2/32")],
-            endpoint: Some(format!("198.18.{x}.2:51821")),
-            ..Default::default()
-        }],
+    let (conf_a, mut conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_b.address.push("198.19.251.2/24".into());
+    conf_b.peers.push(PeerConf {
+        public_key: kc.public.clone(),
+        allowed_ips: vec!["198.19.251.3/32".into()],
         ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("198.19.{x}.2/24"), "198.19.251.2/24".into()],
-        peers: vec![
-            PeerConf {
-                public_key: ka.public.clone(),
-                allowed_ips: vec![format!("198.19.{x}.1/32")],
-                ..Default::default()
-            },
-            PeerConf {
-                public_key: kc.public.clone(),
-                allowed_ips: vec!["198.19.251.3/32".into()],
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    };
+    });
     let conf_c = IfaceConf {
         private_key: kc.private.clone(),
         listen_port: Some(51822),

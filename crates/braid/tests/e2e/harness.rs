@@ -269,6 +269,19 @@ impl TestEnv {
         }
     }
 
+    /// How most two-sided tests start: [`TestEnv::joined_pair`], then per
+    /// side its namespace, tunnel interface name (`<prefix>a`, `<prefix>b`)
+    /// and a key pair from `wg`: `(x, (nsa, ifa, ka), (nsb, ifb, kb), veth)`.
+    /// Bind `veth` last (`_veth`), so it goes before the namespaces.
+    pub fn two_sides(&self) -> (u8, Side, Side, Veth) {
+        let JoinedPair {
+            x, nsa, nsb, veth, ..
+        } = self.joined_pair();
+        let (ka, kb) = (wg_keys(), wg_keys());
+        let (ifa, ifb) = (self.ifname("a"), self.ifname("b"));
+        (x, (nsa, ifa, ka), (nsb, ifb, kb), veth)
+    }
+
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.join(file)
     }
@@ -384,6 +397,9 @@ fn sweep_stale() {
 
 /// Two namespaces and the veth between them (see `TestEnv::joined_pair`).
 /// Destructure it with `veth` last, so the veth goes before the namespaces.
+/// One side of [`TestEnv::two_sides`]: namespace, tunnel interface, keys.
+pub type Side = (Netns, String, Keys);
+
 pub struct JoinedPair {
     pub x: u8,
     pub nsa: Netns,

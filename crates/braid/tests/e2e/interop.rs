@@ -372,51 +372,14 @@ fn wg_quick_test(test: &str, userspace: &Path) {
         return;
     }
     let env = TestEnv::new(test);
-    let x = env.octet();
-    let nsa = env.netns("a");
-    let nsb = env.netns("b");
-    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
-    let (ua, ub) = (format!("198.18.{x}.1"), format!("198.18.{x}.2"));
-    let _veth = Veth::new(
-        &nsa,
-        &va,
-        &format!("{ua}/24"),
-        &nsb,
-        &vb,
-        &format!("{ub}/24"),
-    )
-    .or_panic();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
 
     // B: wireguard-go responder.
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     let _wg_b = wg_go(&env, &nsb, &ifb, &conf_b);
 
     // A: wg-quick + userspace implementation, initiator. No DNS, no default route.
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("{ta}/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("{ub}:51821")),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
     let file = env.write(&format!("{ifa}.conf"), &conf_a.wg_quick());
     let file_s = file.to_string_lossy().into_owned();
     let mut quick = WgQuick {
@@ -623,41 +586,12 @@ fn private_key_never_printed() {
         return;
     }
     let env = TestEnv::new(test);
-    let x = env.octet();
-    let nsa = env.netns("a");
-    let nsb = env.netns("b");
-    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
-    let (ua, ub) = (format!("198.18.{x}.1"), format!("198.18.{x}.2"));
-    let _veth = Veth::new(
-        &nsa,
-        &va,
-        &format!("{ua}/24"),
-        &nsb,
-        &vb,
-        &format!("{ub}/24"),
-    )
-    .or_panic();
-    let (ka, kb) = (wg_keys(), wg_keys());
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let psk = genkey(); // any 32 random bytes in base64
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let conf =
-        |k: &Keys, peer: &Keys, me: &str, other: &str, port: u16, ep: Option<String>| IfaceConf {
-            private_key: k.private.clone(),
-            listen_port: Some(port),
-            address: vec![format!("{me}/24")],
-            peers: vec![PeerConf {
-                public_key: peer.public.clone(),
-                preshared_key: Some(psk.clone()),
-                allowed_ips: vec![format!("{other}/32")],
-                endpoint: ep,
-                keepalive: None,
-                braid_lines: Vec::new(),
-            }],
-            ..Default::default()
-        };
-    let conf_a = conf(&ka, &kb, &ta, &tb, 51820, Some(format!("{ub}:51821")));
-    let conf_b = conf(&kb, &ka, &tb, &ta, 51821, None);
+    let tb = format!("198.19.{x}.2");
+    let (mut conf_a, mut conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.peers[0].preshared_key = Some(psk.clone());
+    conf_b.peers[0].preshared_key = Some(psk.clone());
 
     // B in the foreground (its whole log captured), A daemonized via `braid up`.
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Foreground);

@@ -116,18 +116,10 @@ fn tunnel_case(test: &str, inner: Family, outer: Family) {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let (va, vb) = (veth.a.clone(), veth.b.clone());
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf = |me: &Keys, peer: &Keys, host: u8, port, endpoint| IfaceConf {
         private_key: me.private.clone(),
         listen_port: Some(port),
@@ -208,18 +200,10 @@ fn two_lines_one_ipv4_one_ipv6() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let (va, vb) = (veth.a.clone(), veth.b.clone());
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let both = [Family::V4, Family::V6];
     let conf_b = IfaceConf {
         private_key: kb.private.clone(),
@@ -316,14 +300,8 @@ fn full_tunnel_over_an_ipv6_line() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let (va, vb) = (veth.a.clone(), veth.b.clone());
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
     let endpoint_addr = format!("2001:db8:3:{x:x}::2");
@@ -340,8 +318,6 @@ fn full_tunnel_over_an_ipv6_line() {
     nsa.ip(&["-6", "route", "add", "default", "via", &via, "dev", &va])
         .expect_ok("a's IPv6 default route");
 
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let both = [Family::V4, Family::V6];
     let conf_a = IfaceConf {
         private_key: ka.private.clone(),

@@ -38,21 +38,12 @@ fn mss_case(test: &str, mss_fix: Option<&str>, want_v4: u16, want_v6: u16) {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ta4, tb4) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
     let (ta6, tb6) = (
         format!("2001:db8:1:{x:x}::1"),
         format!("2001:db8:1:{x:x}::2"),
     );
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let braid_lines: Vec<String> = mss_fix
         .map(|v| format!("MssFix = {v}"))
         .into_iter()

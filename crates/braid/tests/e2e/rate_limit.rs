@@ -58,16 +58,7 @@ fn rate_limit_holds_in_both_directions() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (wg_keys(), wg_keys());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let tb = format!("198.19.{x}.2");
     let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     conf_a.peers[0].braid_lines = vec![format!("RateLimit = {LIMIT_MBIT}mbit")];
