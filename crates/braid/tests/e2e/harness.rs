@@ -336,7 +336,9 @@ pub fn tail(s: &str, max: usize) -> &str {
 
 /// Remove leftovers of earlier runs of this harness whose test process is
 /// gone (e.g. it was SIGKILLed, so no Drop ran). Only touches names that
-/// follow this harness's convention and whose owning PID is dead.
+/// follow this harness's convention and whose owning PID is dead: never
+/// those of a sibling test (same PID, this process) nor of another test
+/// process still running. Runs once per process, before the first test.
 fn sweep_stale() {
     let dead = |pid_str: &str| match pid_str.parse::<i32>() {
         Ok(pid) => pid != std::process::id() as i32 && !pid_alive(pid),
@@ -641,8 +643,10 @@ pub fn assert_wg_show_handshake_and_transfer(ns: &Netns, ifname: &str) -> String
 
 static IPERF_LOCK: Mutex<()> = Mutex::new(());
 
-/// Serialize throughput measurements between tests of one binary so two
-/// iperf3 runs never share the (2) CPUs. Setup still runs in parallel.
+/// Serialize throughput measurements (iperf3, `braid bench tunnel`)
+/// between the tests: all of them share this one process, and
+/// two measurements must never share the (2) CPUs. Setup still runs in
+/// parallel.
 pub fn iperf_lock() -> MutexGuard<'static, ()> {
     IPERF_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -34,6 +34,25 @@ pub fn in_netns<T: Send + 'static>(
     })
 }
 
+/// 8 MiB receive and send buffers for `socket` (SO_RCVBUFFORCE and
+/// SO_SNDBUFFORCE, which root may set beyond the system's limits); where
+/// that fails the socket keeps its default buffers.
+pub fn big_buffers(socket: &impl AsRawFd) {
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
+        let v: libc::c_int = 8 << 20;
+        // SAFETY: passes a live c_int and its size; failure is harmless.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
+}
+
 const SEQ_PAYLOAD: usize = 256;
 
 /// The byte at `i` of datagram `seq`: a corrupted datagram cannot pass.
@@ -113,18 +132,7 @@ impl UdpSequence {
             .expect("bind the sequence receiver");
             // Room for seconds of the sequence, so a receiver thread that
             // is not scheduled for a while loses nothing to its buffer.
-            let size: libc::c_int = 8 << 20;
-            // SAFETY: passes a live c_int and its size; failure only leaves
-            // the default buffer.
-            unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    (&size as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+            big_buffers(&socket);
             socket
                 .set_read_timeout(Some(Duration::from_millis(200)))
                 .unwrap();
