@@ -12,22 +12,27 @@ use std::time::Duration;
 /// out are `None`; `json` is the whole report.
 #[derive(Debug, Clone)]
 pub struct Report {
-    /// Bits per second that arrived (`end.sum_received`, or `end.sum` for UDP).
+    /// A UDP test (`start.test_start.protocol`).
+    pub udp: bool,
+    /// Bits per second that arrived: `end.sum_received` (TCP) or
+    /// `end.sum` (UDP, what the receiver counted).
     pub received_bps: Option<f64>,
-    /// Bytes that arrived.
+    /// Bytes that arrived (same place).
     pub received_bytes: Option<f64>,
-    /// Seconds the receiver measured over.
+    /// Seconds the receiver measured over (same place).
     pub seconds: Option<f64>,
     /// TCP retransmissions the sender counted (`end.sum_sent.retransmits`).
     pub retransmits: Option<u64>,
-    /// UDP only: datagrams lost (`end.sum.lost_packets`).
+    /// Datagrams the sender sent, and over how long (`end.sum_sent`).
+    pub sent_packets: Option<u64>,
+    pub sent_seconds: Option<f64>,
+    /// UDP: datagrams lost, counted, percent lost, jitter (`end.sum`).
     pub lost_packets: Option<u64>,
-    /// UDP only: datagrams counted (`end.sum.packets`).
     pub packets: Option<u64>,
-    /// UDP only: percent lost (`end.sum.lost_percent`).
     pub lost_percent: Option<f64>,
-    /// UDP only: jitter in ms (`end.sum.jitter_ms`).
     pub jitter_ms: Option<f64>,
+    /// UDP: datagrams that arrived out of order (`end.sum_received`).
+    pub out_of_order: Option<u64>,
     /// Bits per second of every interval (`intervals[].sum`).
     pub interval_bps: Vec<f64>,
     pub json: Value,
@@ -47,22 +52,23 @@ impl Report {
         if let Some(err) = json.get("error") {
             return Err(format!("iperf3 error: {err}"));
         }
+        let udp = json["start"]["test_start"]["protocol"].as_str() == Some("UDP");
         let end = &json["end"];
-        let udp = &end["sum"];
-        let received = if end["sum_received"].is_object() {
-            &end["sum_received"]
-        } else {
-            udp
-        };
+        let (sum, sent) = (&end["sum"], &end["sum_sent"]);
+        let received = if udp { sum } else { &end["sum_received"] };
         Ok(Report {
+            udp,
             received_bps: received["bits_per_second"].as_f64(),
             received_bytes: received["bytes"].as_f64(),
             seconds: received["seconds"].as_f64(),
-            retransmits: end["sum_sent"]["retransmits"].as_u64(),
-            lost_packets: udp["lost_packets"].as_u64(),
-            packets: udp["packets"].as_u64(),
-            lost_percent: udp["lost_percent"].as_f64(),
-            jitter_ms: udp["jitter_ms"].as_f64(),
+            retransmits: sent["retransmits"].as_u64(),
+            sent_packets: sent["packets"].as_u64(),
+            sent_seconds: sent["seconds"].as_f64(),
+            lost_packets: sum["lost_packets"].as_u64(),
+            packets: sum["packets"].as_u64(),
+            lost_percent: sum["lost_percent"].as_f64(),
+            jitter_ms: sum["jitter_ms"].as_f64(),
+            out_of_order: end["sum_received"]["out_of_order"].as_u64(),
             interval_bps: json["intervals"]
                 .as_array()
                 .map(|a| {
@@ -156,18 +162,25 @@ mod tests {
 
     #[test]
     fn reads_tcp_and_udp_reports() {
-        let tcp = r#"{"intervals":[{"sum":{"bits_per_second":1e6}}],
+        let tcp = r#"{"start":{"test_start":{"protocol":"TCP"}},
+            "intervals":[{"sum":{"bits_per_second":1e6}}],
             "end":{"sum_sent":{"retransmits":3},
             "sum_received":{"bits_per_second":2e6,"bytes":1000,"seconds":4.0}}}"#;
         let r = Report::parse(tcp).unwrap();
+        assert!(!r.udp);
         assert_eq!(r.received_bps, Some(2e6));
         assert_eq!(r.retransmits, Some(3));
         assert_eq!(r.interval_bps, vec![1e6]);
-        let udp = r#"{"end":{"sum":{"bits_per_second":5e5,"lost_packets":2,
-            "packets":100,"lost_percent":2.0,"jitter_ms":0.5}}}"#;
+        let udp = r#"{"start":{"test_start":{"protocol":"UDP"}},
+            "end":{"sum":{"bits_per_second":5e5,"lost_packets":2,
+            "packets":100,"lost_percent":2.0,"jitter_ms":0.5},
+            "sum_sent":{"packets":100,"seconds":1.0},
+            "sum_received":{"bits_per_second":4e5,"out_of_order":1}}}"#;
         let r = Report::parse(udp).unwrap();
+        assert!(r.udp);
         assert_eq!(r.received_bps, Some(5e5));
         assert_eq!((r.lost_packets, r.packets), (Some(2), Some(100)));
+        assert_eq!((r.sent_packets, r.out_of_order), (Some(100), Some(1)));
         assert_eq!(r.jitter_ms, Some(0.5));
         assert!(Report::parse(r#"{"error":"busy"}"#).is_err());
         assert!(Report::parse("no").is_err());
