@@ -12,35 +12,40 @@ use std::time::Duration;
 /// out are `None`; `json` is the whole report.
 #[derive(Debug, Clone)]
 pub struct Report {
-    /// A UDP test (`start.test_start.protocol`).
-    pub udp: bool,
     /// Bits per second that arrived: `end.sum_received` (TCP) or
     /// `end.sum` (UDP, what the receiver counted).
     pub received_bps: Option<f64>,
-    /// Bytes that arrived (same place).
+    /// Bytes that arrived, and the seconds the receiver measured over
+    /// (same place).
     pub received_bytes: Option<f64>,
-    /// Seconds the receiver measured over (same place).
     pub seconds: Option<f64>,
     /// TCP retransmissions the sender counted (`end.sum_sent.retransmits`).
     pub retransmits: Option<u64>,
-    /// Datagrams the sender sent, and over how long (`end.sum_sent`).
-    pub sent_packets: Option<u64>,
-    pub sent_seconds: Option<f64>,
-    /// UDP: datagrams lost, counted, percent lost, jitter (`end.sum`).
-    pub lost_packets: Option<u64>,
-    pub packets: Option<u64>,
-    pub lost_percent: Option<f64>,
-    pub jitter_ms: Option<f64>,
-    /// UDP: datagrams that arrived out of order (`end.sum_received`).
-    pub out_of_order: Option<u64>,
     /// Bits per second of every interval (`intervals[].sum`).
     pub interval_bps: Vec<f64>,
+    /// What only a UDP test reports (`start.test_start.protocol` is UDP).
+    pub udp: Option<UdpFigures>,
     pub json: Value,
 }
 
+/// The datagram counts of a UDP test.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UdpFigures {
+    /// Lost and counted by the receiver, and its jitter (`end.sum`).
+    pub lost_packets: u64,
+    pub packets: u64,
+    pub lost_percent: f64,
+    pub jitter_ms: Option<f64>,
+    /// Sent, and over how long, by the sender's count (`end.sum_sent`).
+    pub sent_packets: Option<u64>,
+    pub sent_seconds: Option<f64>,
+    /// Arrived out of order (`end.sum_received.out_of_order`).
+    pub out_of_order: Option<u64>,
+}
+
 impl Report {
-    /// Reads iperf3's `-J` output; `Err` when it is not JSON or reports
-    /// an error.
+    /// Reads iperf3's `-J` output; `Err` when it is not JSON, reports an
+    /// error, or is a UDP report without its datagram counts.
     pub fn parse(text: &str) -> LabResult<Report> {
         let json: Value = serde_json::from_str(text)
             .map_err(|e| format!("iperf3 -J output is not JSON ({e})"))?;
@@ -52,23 +57,33 @@ impl Report {
         if let Some(err) = json.get("error") {
             return Err(format!("iperf3 error: {err}"));
         }
-        let udp = json["start"]["test_start"]["protocol"].as_str() == Some("UDP");
+        let is_udp = json["start"]["test_start"]["protocol"].as_str() == Some("UDP");
         let end = &json["end"];
         let (sum, sent) = (&end["sum"], &end["sum_sent"]);
-        let received = if udp { sum } else { &end["sum_received"] };
+        let udp = if is_udp {
+            let count = |key: &str| {
+                sum[key]
+                    .as_u64()
+                    .ok_or(format!("iperf3 UDP report without {key}"))
+            };
+            Some(UdpFigures {
+                lost_packets: count("lost_packets")?,
+                packets: count("packets")?,
+                lost_percent: sum["lost_percent"].as_f64().unwrap_or(0.0),
+                jitter_ms: sum["jitter_ms"].as_f64(),
+                sent_packets: sent["packets"].as_u64(),
+                sent_seconds: sent["seconds"].as_f64(),
+                out_of_order: end["sum_received"]["out_of_order"].as_u64(),
+            })
+        } else {
+            None
+        };
+        let received = if is_udp { sum } else { &end["sum_received"] };
         Ok(Report {
-            udp,
             received_bps: received["bits_per_second"].as_f64(),
             received_bytes: received["bytes"].as_f64(),
             seconds: received["seconds"].as_f64(),
             retransmits: sent["retransmits"].as_u64(),
-            sent_packets: sent["packets"].as_u64(),
-            sent_seconds: sent["seconds"].as_f64(),
-            lost_packets: sum["lost_packets"].as_u64(),
-            packets: sum["packets"].as_u64(),
-            lost_percent: sum["lost_percent"].as_f64(),
-            jitter_ms: sum["jitter_ms"].as_f64(),
-            out_of_order: end["sum_received"]["out_of_order"].as_u64(),
             interval_bps: json["intervals"]
                 .as_array()
                 .map(|a| {
@@ -77,6 +92,7 @@ impl Report {
                         .collect()
                 })
                 .unwrap_or_default(),
+            udp,
             json,
         })
     }
@@ -167,21 +183,23 @@ mod tests {
             "end":{"sum_sent":{"retransmits":3},
             "sum_received":{"bits_per_second":2e6,"bytes":1000,"seconds":4.0}}}"#;
         let r = Report::parse(tcp).unwrap();
-        assert!(!r.udp);
+        assert_eq!(r.udp, None);
         assert_eq!(r.received_bps, Some(2e6));
         assert_eq!(r.retransmits, Some(3));
         assert_eq!(r.interval_bps, vec![1e6]);
         let udp = r#"{"start":{"test_start":{"protocol":"UDP"}},
             "end":{"sum":{"bits_per_second":5e5,"lost_packets":2,
-            "packets":100,"lost_percent":2.0,"jitter_ms":0.5},
+            "packets":100,"lost_percent":2,"jitter_ms":0.5},
             "sum_sent":{"packets":100,"seconds":1.0},
             "sum_received":{"bits_per_second":4e5,"out_of_order":1}}}"#;
         let r = Report::parse(udp).unwrap();
-        assert!(r.udp);
         assert_eq!(r.received_bps, Some(5e5));
-        assert_eq!((r.lost_packets, r.packets), (Some(2), Some(100)));
-        assert_eq!((r.sent_packets, r.out_of_order), (Some(100), Some(1)));
-        assert_eq!(r.jitter_ms, Some(0.5));
+        let u = r.udp.unwrap();
+        assert_eq!((u.lost_packets, u.packets, u.lost_percent), (2, 100, 2.0));
+        assert_eq!((u.sent_packets, u.out_of_order), (Some(100), Some(1)));
+        assert_eq!(u.jitter_ms, Some(0.5));
+        let no_counts = r#"{"start":{"test_start":{"protocol":"UDP"}},"end":{"sum":{}}}"#;
+        assert!(Report::parse(no_counts).is_err());
         assert!(Report::parse(r#"{"error":"busy"}"#).is_err());
         assert!(Report::parse("no").is_err());
     }
