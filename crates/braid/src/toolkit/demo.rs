@@ -15,7 +15,8 @@
 //! Everything the demo creates is removed on the way out, also after an
 //! error or Ctrl-C.
 
-use crate::toolkit::lab::{self, Lab, LabResult};
+use crate::toolkit::lab::braid::extra_counter;
+use crate::toolkit::lab::{self, IfaceConf, Lab, LabResult, PeerConf};
 use std::time::{Duration, Instant};
 
 const TUNNEL_A: &str = "198.19.77.1";
@@ -62,14 +63,35 @@ pub fn run_demo(seconds: u32) -> LabResult<()> {
     )?;
 
     step("a braid tunnel over both lines (Mode = redundant)");
-    let (key_a, pub_a) = lab::keypair();
-    let (key_b, pub_b) = lab::keypair();
-    let conf_a = format!(
-        "[Interface]\nPrivateKey = {key_a}\nAddress = {TUNNEL_A}/24\n\n[Peer]\nPublicKey = {pub_b}\nAllowedIPs = {TUNNEL_B}/32\nPath = lossy bind=line1 endpoint=198.18.77.2:5001\nPath = jittery bind=line2 endpoint=198.18.78.2:5002\nMode = redundant\n"
-    );
-    let conf_b = format!(
-        "[Interface]\nPrivateKey = {key_b}\nAddress = {TUNNEL_B}/24\nListenPort = 51820\n\n[Peer]\nPublicKey = {pub_a}\nAllowedIPs = {TUNNEL_A}/32\n"
-    );
+    let (ka, kb) = (lab::Keys::generate(), lab::Keys::generate());
+    let conf_a = IfaceConf {
+        private_key: ka.private,
+        address: vec![format!("{TUNNEL_A}/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public,
+            allowed_ips: vec![format!("{TUNNEL_B}/32")],
+            braid_lines: vec![
+                "Path = lossy bind=line1 endpoint=198.18.77.2:5001".into(),
+                "Path = jittery bind=line2 endpoint=198.18.78.2:5002".into(),
+                "Mode = redundant".into(),
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .wg_quick();
+    let conf_b = IfaceConf {
+        private_key: kb.private,
+        listen_port: Some(51820),
+        address: vec![format!("{TUNNEL_B}/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public,
+            allowed_ips: vec![format!("{TUNNEL_A}/32")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+    .wg_quick();
     println!(
         "{}",
         conf_a
@@ -136,8 +158,8 @@ pub fn run_demo(seconds: u32) -> LabResult<()> {
     lab.wait(client, Duration::from_secs(5));
     let report = lab.stop(client, "iperf3-client.json");
     lab.stop(server, "iperf3-server.log");
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&report) {
-        if let Some(bps) = lab::received_bps(&v) {
+    if let Ok(report) = lab::iperf::Report::parse(&report) {
+        if let Some(bps) = report.received_bps {
             println!(
                 "   iperf3: {:.1} Mbit/s over {seconds} s, through a cut line",
                 bps / 1e6
@@ -169,13 +191,7 @@ fn live_counters(lab: &Lab, ns: &str, name: &str) -> LabResult<Live> {
     let json = lab.braid_show(ns, name, true)?;
     let v: serde_json::Value = serde_json::from_str(&json).map_err(|e| e.to_string())?;
     let peer = &v["peers"][0];
-    let extra = |key: &str| {
-        peer["extra"]
-            .as_array()
-            .and_then(|a| a.iter().find(|e| e[0] == key))
-            .and_then(|e| e[1].as_u64())
-            .unwrap_or(0)
-    };
+    let extra = |key: &str| extra_counter(&peer["extra"], key).unwrap_or(0);
     let paths = peer["paths"]
         .as_array()
         .map(|ps| {

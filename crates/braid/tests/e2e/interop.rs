@@ -6,9 +6,7 @@
 //! wireguard-go, iperf3 and ping. Outside CI a missing prerequisite skips the
 //! test with a printed reason; with `CI=true` it fails.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::path::Path;
 use std::time::Duration;
 
@@ -52,7 +50,7 @@ fn start_side<'a>(
             b.assert_up();
             Side::Braid(b)
         }
-        Impl::WireguardGo => Side::WgGo(WgGo::start(env, ns, ifname, conf)),
+        Impl::WireguardGo => Side::WgGo(wg_go(env, ns, ifname, conf)),
     }
 }
 
@@ -134,9 +132,10 @@ fn pair_test(test: &str, ia: Impl, ib: Impl, fam: Family) {
         &nsb,
         &vb,
         &format!("{ub}/{ulen}"),
-    );
+    )
+    .or_panic();
 
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf_a = IfaceConf {
         private_key: ka.private.clone(),
@@ -373,50 +372,14 @@ fn wg_quick_test(test: &str, userspace: &Path) {
         return;
     }
     let env = TestEnv::new(test);
-    let x = env.octet();
-    let nsa = env.netns("a");
-    let nsb = env.netns("b");
-    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
-    let (ua, ub) = (format!("198.18.{x}.1"), format!("198.18.{x}.2"));
-    let _veth = Veth::new(
-        &nsa,
-        &va,
-        &format!("{ua}/24"),
-        &nsb,
-        &vb,
-        &format!("{ub}/24"),
-    );
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
 
     // B: wireguard-go responder.
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let _wg_b = WgGo::start(&env, &nsb, &ifb, &conf_b);
+    let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    let _wg_b = wg_go(&env, &nsb, &ifb, &conf_b);
 
     // A: wg-quick + userspace implementation, initiator. No DNS, no default route.
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("{ta}/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("{ub}:51821")),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
     let file = env.write(&format!("{ifa}.conf"), &conf_a.wg_quick());
     let file_s = file.to_string_lossy().into_owned();
     let mut quick = WgQuick {
@@ -520,8 +483,8 @@ fn config_error_names_file_line_key() {
     let env = TestEnv::new(test);
     let x = env.octet();
     let ns = env.netns("c");
-    let k = Keys::new();
-    let peer = Keys::new();
+    let k = wg_keys();
+    let peer = wg_keys();
     let truncated = &k.private[..k.private.len() - 4];
 
     // (key, 1-based line, replacement line)
@@ -623,40 +586,12 @@ fn private_key_never_printed() {
         return;
     }
     let env = TestEnv::new(test);
-    let x = env.octet();
-    let nsa = env.netns("a");
-    let nsb = env.netns("b");
-    let (va, vb) = (env.ifname("va"), env.ifname("vb"));
-    let (ua, ub) = (format!("198.18.{x}.1"), format!("198.18.{x}.2"));
-    let _veth = Veth::new(
-        &nsa,
-        &va,
-        &format!("{ua}/24"),
-        &nsb,
-        &vb,
-        &format!("{ub}/24"),
-    );
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let psk = genkey(); // any 32 random bytes in base64
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let conf =
-        |k: &Keys, peer: &Keys, me: &str, other: &str, port: u16, ep: Option<String>| IfaceConf {
-            private_key: k.private.clone(),
-            listen_port: Some(port),
-            address: vec![format!("{me}/24")],
-            peers: vec![PeerConf {
-                public_key: peer.public.clone(),
-                preshared_key: Some(psk.clone()),
-                allowed_ips: vec![format!("{other}/32")],
-                endpoint: ep,
-                keepalive: None,
-                braid_lines: Vec::new(),
-            }],
-            ..Default::default()
-        };
-    let conf_a = conf(&ka, &kb, &ta, &tb, 51820, Some(format!("{ub}:51821")));
-    let conf_b = conf(&kb, &ka, &tb, &ta, 51821, None);
+    let tb = format!("198.19.{x}.2");
+    let (mut conf_a, mut conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.peers[0].preshared_key = Some(psk.clone());
+    conf_b.peers[0].preshared_key = Some(psk.clone());
 
     // B in the foreground (its whole log captured), A daemonized via `braid up`.
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Foreground);
@@ -748,7 +683,7 @@ fn braid_genkey_pubkey_match_wg() {
         "braid pubkey disagrees with wg pubkey"
     );
     // And the other way round: braid pubkey of a wg-generated key.
-    let k = Keys::new();
+    let k = wg_keys();
     let ours = braid_pubkey(&k.private);
     assert!(ours.ok(), "braid pubkey: {}", ours.describe());
     assert_eq!(

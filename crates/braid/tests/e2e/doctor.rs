@@ -5,9 +5,7 @@
 //! Needs root, `/dev/net/tun`, iproute2, wg and ping; outside CI a missing
 //! prerequisite skips the test with a printed reason.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::process::Command;
 use std::time::Duration;
 
@@ -138,48 +136,18 @@ fn doctor_pair(test: &str, stock: bool) {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let va = veth.a.clone();
+    let tb = format!("198.19.{x}.2");
     // A's MTU is too large for the 1500-byte veth under IPv4 (1500 - 60):
     // doctor must say so.
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("{ta}/24")],
-        mtu: Some(1480),
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("198.18.{x}.2:51821")),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.mtu = Some(1480);
     let mut side_b = (!stock).then(|| BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon));
     if let Some(b) = side_b.as_mut() {
         b.assert_up();
     }
-    let _stock_b = stock.then(|| WgGo::start(&env, &nsb, &ifb, &conf_b));
+    let _stock_b = stock.then(|| wg_go(&env, &nsb, &ifb, &conf_b));
     let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
     side_a.assert_up();
     assert!(

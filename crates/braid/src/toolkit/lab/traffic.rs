@@ -1,12 +1,14 @@
-//! Measured traffic through a tunnel for the fault and soak tests, from
-//! threads that enter the test's network namespaces (setns is per thread):
+//! Measured traffic through a tunnel, from threads that enter the lab's
+//! network namespaces (setns is per thread):
 //!
 //! - [`UdpSequence`]: numbered datagrams at a fixed rate; the receiver counts
 //!   missing, duplicated, out-of-order and corrupted ones.
 //! - [`TcpTransfer`]: a paced stream of pseudo-random bytes; SHA-256 of what
 //!   was sent against what arrived.
 //!
-//! Every loop is bounded in time; nothing here asserts how fast anything went.
+//! Every loop is bounded in time; nothing here asserts how fast anything
+//! went. A thread that cannot set itself up (enter the namespace, bind its
+//! socket) panics, and `finish` passes that panic on to its caller.
 
 use ring::digest::{Context, SHA256};
 use std::io::{ErrorKind, Read, Write};
@@ -30,6 +32,25 @@ pub fn in_netns<T: Send + 'static>(
         assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
         f()
     })
+}
+
+/// 8 MiB receive and send buffers for `socket` (SO_RCVBUFFORCE and
+/// SO_SNDBUFFORCE, which root may set beyond the system's limits); where
+/// that fails the socket keeps its default buffers.
+pub fn big_buffers(socket: &impl AsRawFd) {
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
+        let v: libc::c_int = 8 << 20;
+        // SAFETY: passes a live c_int and its size; failure is harmless.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
 }
 
 const SEQ_PAYLOAD: usize = 256;
@@ -91,7 +112,6 @@ impl UdpSequence {
 
     /// Like [`UdpSequence::start`], but the sender also stops as soon as
     /// `stop` is set: `duration` is then the longest it runs.
-    #[allow(dead_code)] // not every test binary stops its traffic early
     pub fn start_until(
         tx_ns: &str,
         rx_ns: &str,
@@ -112,18 +132,7 @@ impl UdpSequence {
             .expect("bind the sequence receiver");
             // Room for seconds of the sequence, so a receiver thread that
             // is not scheduled for a while loses nothing to its buffer.
-            let size: libc::c_int = 8 << 20;
-            // SAFETY: passes a live c_int and its size; failure only leaves
-            // the default buffer.
-            unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    (&size as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+            big_buffers(&socket);
             socket
                 .set_read_timeout(Some(Duration::from_millis(200)))
                 .unwrap();
@@ -306,7 +315,6 @@ impl TcpTransfer {
 
     /// Like [`TcpTransfer::start`], but the sender also stops as soon as
     /// `stop` is set: `duration` is then the longest it sends.
-    #[allow(dead_code)] // not every test binary stops its traffic early
     pub fn start_until(
         tx_ns: &str,
         rx_ns: &str,

@@ -16,13 +16,9 @@
 //! after warm-up. The tunnel's loss (only datagrams both lines lost, or a
 //! stalled machine dropped) is printed next to the lines' own.
 
-mod common;
-#[path = "support/traffic.rs"]
-mod traffic;
-
-use common::*;
+use crate::harness::*;
+use braid::toolkit::lab::traffic::{TcpTransfer, UdpSequence};
 use std::time::{Duration, Instant};
-use traffic::{TcpTransfer, UdpSequence};
 
 const SEQ_RATE: u32 = 200;
 const TCP_RATE: u64 = 1 << 20;
@@ -86,14 +82,7 @@ fn soak_two_impaired_lines() {
     let duration = Duration::from_secs(secs);
     let warm_up = Duration::from_secs((secs / 4).min(60));
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let mut relays = Vec::new();
     for (i, port) in [6001u16, 6002].into_iter().enumerate() {
         let mut cmd = nsa.cmd(BRAID);
@@ -112,40 +101,19 @@ fn soak_two_impaired_lines() {
             "--seed",
             &(11 + i).to_string(),
         ]);
-        relays.push(ChildGuard::spawn(
-            cmd,
-            "netem",
-            &env.path(&format!("netem{port}.log")),
-        ));
+        relays.push(
+            ChildGuard::spawn(cmd, "netem", &env.path(&format!("netem{port}.log"))).or_panic(),
+        );
     }
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        address: vec![format!("198.19.{x}.1/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.2/32")],
-            braid_lines: vec![
-                "Path = l1 endpoint=127.0.0.1:6001".into(),
-                "Path = l2 endpoint=127.0.0.1:6002".into(),
-                "Mode = redundant".into(),
-            ],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("198.19.{x}.2/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.1/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    // A reaches B only through the two relays: no port of its own, no endpoint.
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.listen_port = None;
+    conf_a.peers[0].endpoint = None;
+    conf_a.peers[0].braid_lines = vec![
+        "Path = l1 endpoint=127.0.0.1:6001".into(),
+        "Path = l2 endpoint=127.0.0.1:6002".into(),
+        "Mode = redundant".into(),
+    ];
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Foreground);
     b.assert_up();
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Foreground);

@@ -9,9 +9,7 @@
 //!  netns a: braid (foreground) ── veth 198.18.x.1/.2 ── netns b: braid (daemon)
 //! ```
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
@@ -44,16 +42,7 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     b.assert_up();
@@ -162,7 +151,7 @@ fn config_open_to_group_is_refused_with_chmod_hint() {
     let ns = env.netns("a");
     let ifname = env.ifname("a");
     let conf = IfaceConf {
-        private_key: Keys::new().private,
+        private_key: wg_keys().private,
         ..Default::default()
     };
     let path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());

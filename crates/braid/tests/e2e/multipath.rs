@@ -12,9 +12,7 @@
 //! many pings the switch cost is printed, not judged), and a stock
 //! WireGuard peer must still work with a multi-path braid config.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::time::Duration;
 
 const TOOLS: &[&str] = &["ip", "ping", "wg", "wireguard-go"];
@@ -35,7 +33,8 @@ fn two_lines(env: &TestEnv, a: &Netns, b: &Netns) -> Lines {
         b,
         vb1,
         &format!("198.18.{x}.2/25"),
-    );
+    )
+    .or_panic();
     let v2 = Veth::new(
         a,
         va2,
@@ -43,7 +42,8 @@ fn two_lines(env: &TestEnv, a: &Netns, b: &Netns) -> Lines {
         b,
         vb2,
         &format!("198.18.{x}.130/25"),
-    );
+    )
+    .or_panic();
     Lines {
         x,
         _veth1: v1,
@@ -130,7 +130,7 @@ fn redundant_loses_nothing_when_a_line_is_cut() {
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
     let lines = two_lines(&env, &nsa, &nsb);
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let mut b = BraidUp::start(
         &env,
@@ -198,7 +198,7 @@ fn failover_switches_to_the_second_line() {
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
     let lines = two_lines(&env, &nsa, &nsb);
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let mut b = BraidUp::start(
         &env,
@@ -285,9 +285,9 @@ fn stock_wireguard_peer_with_a_multipath_braid_config() {
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
     let lines = two_lines(&env, &nsa, &nsb);
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let _b = WgGo::start(&env, &nsb, &ifb, &responder(&lines, &kb, &ka));
+    let _b = wg_go(&env, &nsb, &ifb, &responder(&lines, &kb, &ka));
     let mut a = BraidUp::start(
         &env,
         &nsa,

@@ -10,9 +10,7 @@
 //!           198.19.x.1                     198.19.x.2
 //! ```
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::time::Duration;
 
 const TOOLS: &[&str] = &["ip", "ping", "iperf3"];
@@ -58,7 +56,7 @@ fn transfer(
     let log = env.path(&format!("iperf3-server-{repeating}.log"));
     let mut c = nsb.cmd("iperf3");
     c.args(["-s", "-1", "-B", server, "-p", port]);
-    let mut srv = ChildGuard::spawn(c, "iperf3 server", &log);
+    let mut srv = ChildGuard::spawn(c, "iperf3 server", &log).or_panic();
     assert!(
         wait_until(LONG, || {
             nsb.run("ss", &["-Hltn", &format!("sport = :{port}")], SHORT)
@@ -106,16 +104,7 @@ fn transfer(
 /// through `braid netem` in b with those arguments (a slow line).
 fn measure(test: &str, setting: &str, line: Option<&[&str]>) -> (Run, Run, Option<u64>) {
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let tb = format!("198.19.{x}.2");
     let mut netem = None;
     let endpoint = match line {
@@ -131,7 +120,7 @@ fn measure(test: &str, setting: &str, line: Option<&[&str]>) -> (Run, Run, Optio
                 &format!("198.18.{x}.2:51821"),
             ]);
             c.args(args);
-            netem = Some(ChildGuard::spawn(c, "braid netem", &env.path("netem.log")));
+            netem = Some(ChildGuard::spawn(c, "braid netem", &env.path("netem.log")).or_panic());
             listen
         }
     };
@@ -236,19 +225,10 @@ fn a_stock_wireguard_peer_never_gets_compressed_packets() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let tb = format!("198.19.{x}.2");
     let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
-    let _b = WgGo::start(&env, &nsb, &ifb, &conf_b);
+    let _b = wg_go(&env, &nsb, &ifb, &conf_b);
     conf_a.braid_lines = vec!["Compression = lz4".into()];
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
     a.assert_up();

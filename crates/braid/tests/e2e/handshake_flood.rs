@@ -18,9 +18,7 @@
 //! that B answered with cookies, saw the bogus initiations, kept A's tunnel
 //! carrying traffic and let C through (with a cookie) while the flood ran.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -67,7 +65,7 @@ fn handshake_flood_brings_cookies_and_spares_tunnels() {
     } = env.joined_pair();
     let nsg = env.netns("g");
     let (vbg, vg) = (env.ifname("vbg"), env.ifname("vg"));
-    let _veth_g = Veth::new(&nsb, &vbg, "198.18.251.1/24", &nsg, &vg, "198.18.251.2/24");
+    let _veth_g = Veth::new(&nsb, &vbg, "198.18.251.1/24", &nsg, &vg, "198.18.251.2/24").or_panic();
     let batch: String = (0..SOURCES)
         .map(|n| format!("addr add 198.18.251.{}/24 dev {vg}\n", 10 + n))
         .collect();
@@ -75,38 +73,15 @@ fn handshake_flood_brings_cookies_and_spares_tunnels() {
     nsg.ip(&["-batch", &batch_file.to_string_lossy()])
         .expect_ok("flood source addresses");
 
-    let (ka, kb, kc) = (Keys::new(), Keys::new(), Keys::new());
+    let (ka, kb, kc) = (wg_keys(), wg_keys(), wg_keys());
     let (ifa, ifb, ifc) = (env.ifname("a"), env.ifname("b"), env.ifname("c"));
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("198.19.{x}.1/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.2/32")],
-            endpoint: Some(format!("198.18.{x}.2:51821")),
-            ..Default::default()
-        }],
+    let (conf_a, mut conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_b.address.push("198.19.251.2/24".into());
+    conf_b.peers.push(PeerConf {
+        public_key: kc.public.clone(),
+        allowed_ips: vec!["198.19.251.3/32".into()],
         ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("198.19.{x}.2/24"), "198.19.251.2/24".into()],
-        peers: vec![
-            PeerConf {
-                public_key: ka.public.clone(),
-                allowed_ips: vec![format!("198.19.{x}.1/32")],
-                ..Default::default()
-            },
-            PeerConf {
-                public_key: kc.public.clone(),
-                allowed_ips: vec!["198.19.251.3/32".into()],
-                ..Default::default()
-            },
-        ],
-        ..Default::default()
-    };
+    });
     let conf_c = IfaceConf {
         private_key: kc.private.clone(),
         listen_port: Some(51822),
@@ -127,7 +102,7 @@ fn handshake_flood_brings_cookies_and_spares_tunnels() {
         c.args(["-i", &vb, "-c", "1", "-U", "-w"])
             .arg(&pcap)
             .args(["udp dst port 51821 and udp[8] == 1"]);
-        ChildGuard::spawn(c, "tcpdump", &env.path("tcpdump.log"))
+        ChildGuard::spawn(c, "tcpdump", &env.path("tcpdump.log")).or_panic()
     };
     assert!(
         wait_until(LONG, || capture.log_text().contains("listening on")),
@@ -176,14 +151,14 @@ fn handshake_flood_brings_cookies_and_spares_tunnels() {
             .args(["--rate", &FLOOD_RATE.to_string()])
             .args(["--replay", &hex(&captured)])
             .args(["--interface", &ifb, "--pid", &b_pid.to_string()]);
-        ChildGuard::spawn(c, "flood", &flood_out)
+        ChildGuard::spawn(c, "flood", &flood_out).or_panic()
     };
     // Pings through the A–B tunnel for most of the flood.
     let a_ping = {
         let mut c = nsa.cmd("ping");
         c.args(["-n", "-c", &A_PINGS.to_string(), "-i", "0.5", "-W", "2"])
             .arg(&b_tunnel);
-        ChildGuard::spawn(c, "ping A→B", &env.path("ping-a.log"))
+        ChildGuard::spawn(c, "ping A→B", &env.path("ping-a.log")).or_panic()
     };
     // Let B notice the load, then bring C up: it must get through.
     std::thread::sleep(Duration::from_secs(2));

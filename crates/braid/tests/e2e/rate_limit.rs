@@ -13,9 +13,7 @@
 //! CPU-starved tunnel may carry far less than the limit, which is no
 //! failure of the limiter.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 
 const TOOLS: &[&str] = &["ip", "ping", "iperf3"];
 const LIMIT_MBIT: f64 = 50.0;
@@ -32,7 +30,7 @@ fn ping_during<T>(env: &TestEnv, ns: &Netns, dst: &str, load: impl FnOnce() -> T
     let log = env.path(&format!("ping-{dst}.log"));
     let mut c = ns.cmd("ping");
     c.args(["-n", "-q", "-i", "0.2", "-W", "2", "-c", &count, dst]);
-    let mut pinger = ChildGuard::spawn(c, "ping under load", &log);
+    let mut pinger = ChildGuard::spawn(c, "ping under load", &log).or_panic();
     let result = load();
     pinger.wait_exit(LONG);
     let text = pinger.log_text();
@@ -60,16 +58,7 @@ fn rate_limit_holds_in_both_directions() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let tb = format!("198.19.{x}.2");
     let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
     conf_a.peers[0].braid_lines = vec![format!("RateLimit = {LIMIT_MBIT}mbit")];

@@ -2,8 +2,6 @@
 //! every number is there and positive, and the lab's namespaces are gone
 //! afterwards. Nothing asserts how fast anything ran.
 
-mod common;
-
 use serde_json::Value;
 use std::process::Command;
 
@@ -28,7 +26,7 @@ fn netns_list() -> String {
 }
 
 fn bench(vpn: &str) -> Value {
-    let out = Command::new(common::BRAID)
+    let out = Command::new(crate::harness::BRAID)
         .args(["bench", "tunnel", "--quick", "--json", "--vpn", vpn])
         .output()
         .expect("run braid bench tunnel");
@@ -80,9 +78,11 @@ fn check(doc: &Value, vpn: &str) {
 
 #[test]
 fn bench_tunnel_quick_json_braid_and_raw_veth() {
-    if !common::preflight("bench_tunnel", &["ip", "iperf3", "ping"]) {
+    if !crate::harness::preflight("bench_tunnel", &["ip", "iperf3", "ping"]) {
         return;
     }
+    // It measures throughput: not while another test does.
+    let _serial = crate::harness::iperf_lock();
     for vpn in ["braid", "none"] {
         let doc = bench(vpn);
         check(&doc, vpn);

@@ -14,9 +14,7 @@
 //! and cleanup rules: the namespaces (and with them their nft rules) are
 //! deleted by their guards, also when the test fails.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::path::Path;
 
 const TOOLS: &[&str] = &["ip", "ss", "wg", "ping", "socat", "nft", "sha256sum"];
@@ -54,7 +52,7 @@ fn tcp_transport_through_an_underlay_that_drops_udp() {
         "{test}: the nft rule did not drop UDP"
     );
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf_b = IfaceConf {
         private_key: kb.private.clone(),
@@ -138,7 +136,8 @@ fn tcp_transport_through_an_underlay_that_drops_udp() {
     // through after 20 s: a stranger's goes, the peer's stays.
     let mut stranger = nsa.cmd("socat");
     stranger.args(["-u", &format!("TCP:198.18.{x}.2:{PORT_B}"), "STDOUT"]);
-    let mut stranger = ChildGuard::spawn(stranger, "stranger", &env.path("stranger.log"));
+    let mut stranger =
+        ChildGuard::spawn(stranger, "stranger", &env.path("stranger.log")).or_panic();
     let accepted = || {
         nsb.run(
             "ss",
@@ -270,7 +269,8 @@ fn transfer_and_compare(env: &TestEnv, nsa: &Netns, nsb: &Netns, tb: &str, tag: 
         server,
         "socat receiver",
         &env.path(&format!("socat-{tag}.log")),
-    );
+    )
+    .or_panic();
     let listening = wait_until(LONG, || {
         nsb.run(
             "ss",
@@ -309,7 +309,7 @@ fn transfer_and_compare(env: &TestEnv, nsa: &Netns, nsb: &Netns, tb: &str, tag: 
 }
 
 fn sha256(path: &Path) -> String {
-    let out = run("sha256sum", &[&path.to_string_lossy()], SHORT).expect_ok("sha256sum");
+    let out = run_program("sha256sum", &[&path.to_string_lossy()], SHORT).expect_ok("sha256sum");
     out.stdout
         .split_whitespace()
         .next()

@@ -16,9 +16,7 @@
 //! Needs root, `/dev/net/tun`, iproute2, wireguard-tools, ping, socat and
 //! sha256sum. See `common/mod.rs` for the cleanup rules.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::io::Read;
 use std::time::Duration;
 
@@ -118,18 +116,10 @@ fn tunnel_case(test: &str, inner: Family, outer: Family) {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let (va, vb) = (veth.a.clone(), veth.b.clone());
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let conf = |me: &Keys, peer: &Keys, host: u8, port, endpoint| IfaceConf {
         private_key: me.private.clone(),
         listen_port: Some(port),
@@ -210,18 +200,10 @@ fn two_lines_one_ipv4_one_ipv6() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let (va, vb) = (veth.a.clone(), veth.b.clone());
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let both = [Family::V4, Family::V6];
     let conf_b = IfaceConf {
         private_key: kb.private.clone(),
@@ -318,14 +300,8 @@ fn full_tunnel_over_an_ipv6_line() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let (va, vb) = (veth.a.clone(), veth.b.clone());
     let plan = Plan { x };
     add_v6_underlay(&plan, [(&nsa, &va), (&nsb, &vb)]);
     let endpoint_addr = format!("2001:db8:3:{x:x}::2");
@@ -342,8 +318,6 @@ fn full_tunnel_over_an_ipv6_line() {
     nsa.ip(&["-6", "route", "add", "default", "via", &via, "dev", &va])
         .expect_ok("a's IPv6 default route");
 
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let both = [Family::V4, Family::V6];
     let conf_a = IfaceConf {
         private_key: ka.private.clone(),
@@ -470,7 +444,7 @@ fn ping_family(ns: &Netns, family: Family, dst: &str, count: u32) -> PingResult 
 }
 
 fn sha256(env: &TestEnv, file: &std::path::Path) -> String {
-    let out = run("sha256sum", &[&file.to_string_lossy()], LONG).expect_ok("sha256sum");
+    let out = run_program("sha256sum", &[&file.to_string_lossy()], LONG).expect_ok("sha256sum");
     let sum = out.stdout.split_whitespace().next().unwrap_or("");
     assert_eq!(
         sum.len(),
@@ -511,7 +485,8 @@ fn tcp_transfer(env: &TestEnv, from: &Netns, to: &Netns, family: Family, dst: &s
         &listen,
         &format!("CREATE:{}", received.to_string_lossy()),
     ]);
-    let mut server = ChildGuard::spawn(server, "socat receiver", &env.path("socat-rx.log"));
+    let mut server =
+        ChildGuard::spawn(server, "socat receiver", &env.path("socat-rx.log")).or_panic();
     let port = format!(":{TCP_PORT}");
     let listening = wait_until(LONG, || {
         !server.running()

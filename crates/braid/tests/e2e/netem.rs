@@ -15,11 +15,11 @@
 //! more bytes pass a rate cap than the time since the first was sent
 //! allows.
 
+use braid::toolkit::lab::traffic::big_buffers;
 use braid_netem::link::{Fate, LinkModel};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -43,22 +43,6 @@ fn base() -> Instant {
 
 fn ns_since_base(t: Instant) -> u64 {
     t.duration_since(base()).as_nanos() as u64
-}
-
-fn big_buffers(s: &UdpSocket) {
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
-        let v: libc::c_int = 8 << 20;
-        // SAFETY: passes a live c_int and its size; failure is harmless.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-    }
 }
 
 fn udp() -> UdpSocket {

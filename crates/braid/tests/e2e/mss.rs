@@ -6,9 +6,7 @@
 //! Needs root, `/dev/net/tun`, iproute2, wireguard-tools (`wg show`), ping,
 //! socat and tcpdump. See `common/mod.rs` for topology and cleanup rules.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::path::Path;
 
 const TOOLS: &[&str] = &["ip", "wg", "ping", "socat", "tcpdump"];
@@ -40,21 +38,12 @@ fn mss_case(test: &str, mss_fix: Option<&str>, want_v4: u16, want_v6: u16) {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ta4, tb4) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
     let (ta6, tb6) = (
         format!("2001:db8:1:{x:x}::1"),
         format!("2001:db8:1:{x:x}::2"),
     );
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let braid_lines: Vec<String> = mss_fix
         .map(|v| format!("MssFix = {v}"))
         .into_iter()
@@ -118,7 +107,7 @@ fn mss_case(test: &str, mss_fix: Option<&str>, want_v4: u16, want_v6: u16) {
         &format!("TCP6-LISTEN:{PORT},ipv6only=0,fork,reuseaddr"),
         "SYSTEM:true",
     ]);
-    let _server = ChildGuard::spawn(server, "socat server", &server_log);
+    let _server = ChildGuard::spawn(server, "socat server", &server_log).or_panic();
     let dump_b = Tcpdump::start(&env, &nsb, &ifb);
     let dump_a = Tcpdump::start(&env, &nsa, &ifa);
 
@@ -181,7 +170,7 @@ impl Tcpdump {
         let mut cmd = ns.cmd("tcpdump");
         cmd.args(["-i", ifname, "-n", "-v", "-l", "-U"]);
         cmd.args(["tcp", "port", &PORT.to_string()]);
-        let child = ChildGuard::spawn(cmd, &format!("tcpdump {ifname}"), &log);
+        let child = ChildGuard::spawn(cmd, &format!("tcpdump {ifname}"), &log).or_panic();
         let child_log = child.log.clone();
         let listening = wait_until(LONG, || {
             std::fs::read_to_string(&child_log).is_ok_and(|t| t.contains("listening on"))

@@ -12,9 +12,7 @@
 //! Needs root, `/dev/net/tun`, iproute2, wg and ping. See `common/mod.rs`
 //! for the cleanup rules.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::time::Duration;
 
 const TOOLS: &[&str] = &["ip", "wg", "ping"];
@@ -206,6 +204,7 @@ impl<'e> TwoLines<'e> {
                 &format!("vb{n}"),
                 &format!("198.18.{x}.{}/25", a + 1),
             )
+            .or_panic()
         };
         let lines = [line(1, 1), line(2, 129)];
         let mut relay = nsb.cmd(BRAID);
@@ -219,7 +218,7 @@ impl<'e> TwoLines<'e> {
             "6",
         ]);
         relay.args(impairment);
-        let mut relay = ChildGuard::spawn(relay, "braid netem", &env.path("netem.log"));
+        let mut relay = ChildGuard::spawn(relay, "braid netem", &env.path("netem.log")).or_panic();
         let relaying = wait_until(LONG, || {
             !relay.running() || relay.log_text().contains("relaying")
         });
@@ -229,7 +228,7 @@ impl<'e> TwoLines<'e> {
             relay.log_text()
         );
 
-        let (ka, kb) = (Keys::new(), Keys::new());
+        let (ka, kb) = (wg_keys(), wg_keys());
         let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
         let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
         let peer_lines: Vec<String> = peer_lines.iter().map(|l| l.to_string()).collect();

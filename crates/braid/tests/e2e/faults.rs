@@ -11,16 +11,12 @@
 //!  netem:                  a: braid → 127.0.0.1:6001 braid netem → 198.18.x.2:51821 :b
 //! ```
 
-mod common;
-#[path = "support/traffic.rs"]
-mod traffic;
-
-use common::*;
+use crate::harness::*;
+use braid::toolkit::lab::traffic::{SeqReport, TcpTransfer, TransferReport, UdpSequence};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use traffic::{SeqReport, TcpTransfer, TransferReport, UdpSequence};
 
 const TOOLS: &[&str] = &["ip", "ping", "wg"];
 /// Datagrams per second of the sequence test.
@@ -93,7 +89,8 @@ fn two_lines(env: &TestEnv, a: &Netns, b: &Netns) -> (u8, Veth, Veth) {
         b,
         "vb1",
         &format!("198.18.{x}.2/25"),
-    );
+    )
+    .or_panic();
     let v2 = Veth::new(
         a,
         "va2",
@@ -101,7 +98,8 @@ fn two_lines(env: &TestEnv, a: &Netns, b: &Netns) -> (u8, Veth, Veth) {
         b,
         "vb2",
         &format!("198.18.{x}.130/25"),
-    );
+    )
+    .or_panic();
     (x, v1, v2)
 }
 
@@ -136,7 +134,7 @@ impl RedundantTunnel {
     fn up(env: &TestEnv) -> RedundantTunnel {
         let (nsa, nsb) = (env.netns("a"), env.netns("b"));
         let (x, v1, v2) = two_lines(env, &nsa, &nsb);
-        let (ka, kb) = (Keys::new(), Keys::new());
+        let (ka, kb) = (wg_keys(), wg_keys());
         let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
         let (ca, cb) = pair_confs(&ka, &kb, x, redundant_paths(x), None);
         let b = up(env, &nsb, &ifb, &cb);
@@ -203,16 +201,7 @@ fn peer_restarted_tunnel_comes_back() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
     let b = up(&env, &nsb, &ifb, &cb);
     let _a = up(&env, &nsa, &ifa, &ca);
@@ -249,16 +238,7 @@ fn rekeying_during_a_transfer() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
     let knob = [("BRAID_TEST_REKEY_AFTER_SECS", "1")];
     let _b = up_with_env(&env, &nsb, &ifb, &cb, &knob);
@@ -317,16 +297,8 @@ fn roaming_to_a_new_source_address() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), veth) = env.two_sides();
+    let va = veth.a.clone();
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some(format!("198.18.{x}.2:51821")));
     let _b = up(&env, &nsb, &ifb, &cb);
     let _a = up(&env, &nsa, &ifa, &ca);
@@ -364,14 +336,7 @@ fn netem_line_that_corrupts_and_duplicates() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let mut relay_cmd = nsa.cmd(BRAID);
     relay_cmd.args([
         "netem",
@@ -386,9 +351,7 @@ fn netem_line_that_corrupts_and_duplicates() {
         "--seed",
         "7",
     ]);
-    let mut relay = ChildGuard::spawn(relay_cmd, "netem", &env.path("netem.log"));
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let mut relay = ChildGuard::spawn(relay_cmd, "netem", &env.path("netem.log")).or_panic();
     let (ca, cb) = pair_confs(&ka, &kb, x, Vec::new(), Some("127.0.0.1:6001".into()));
     let _b = up(&env, &nsb, &ifb, &cb);
     let _a = up(&env, &nsa, &ifa, &ca);

@@ -17,9 +17,7 @@
 //! Every wait polls with a bound; how long things took is printed, never
 //! asserted. Needs root, iproute2, wireguard-tools (`wg show`), ping, socat.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -59,7 +57,8 @@ fn topology(env: &TestEnv) -> Topology {
         &nsm,
         "vma",
         &format!("198.18.{x}.2/26"),
-    );
+    )
+    .or_panic();
     let mb = Veth::new(
         &nsm,
         "vmb",
@@ -67,7 +66,8 @@ fn topology(env: &TestEnv) -> Topology {
         &nsb,
         "vbm",
         &format!("198.18.{x}.66/26"),
-    );
+    )
+    .or_panic();
     Topology {
         x,
         y,
@@ -93,7 +93,7 @@ fn relay(env: &TestEnv, t: &Topology, mtu: Option<u32>, log: &str) -> ChildGuard
     if let Some(m) = mtu {
         c.args(["--mtu", &m.to_string()]);
     }
-    let mut child = ChildGuard::spawn(c, "braid netem", &env.path(log));
+    let mut child = ChildGuard::spawn(c, "braid netem", &env.path(log)).or_panic();
     let started = wait_until(LONG, || {
         !child.running() || child.log_text().contains("relaying")
     });
@@ -256,7 +256,8 @@ fn checked_transfer(
         },
         &format!("CREATE:{}", dst.display()),
     ]);
-    let mut srv = ChildGuard::spawn(c, "socat server", &env.path(&format!("{tag}.srv.log")));
+    let mut srv =
+        ChildGuard::spawn(c, "socat server", &env.path(&format!("{tag}.srv.log"))).or_panic();
     let listening = wait_until(LONG, || {
         !srv.running()
             || server
@@ -336,7 +337,7 @@ fn black_hole_is_found_tunnel_mtu_follows_and_tcp_flows() {
     }
     let env = TestEnv::new(test);
     let t = topology(&env);
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let mut line = relay(&env, &t, None, "netem-clean.log");
     let mut b = BraidUp::start(
@@ -449,7 +450,8 @@ fn router_case(test: &str, lines: &[&str], mtu: Option<u32>, expect_answers: boo
         &nsh,
         "vha",
         &format!("198.19.{y}.2/24"),
-    );
+    )
+    .or_panic();
     nsh.ip(&["route", "add", "default", "via", &format!("198.19.{y}.1")])
         .expect_ok("LAN host default route");
     let lan6 = v6_lan(&t);
@@ -465,7 +467,7 @@ fn router_case(test: &str, lines: &[&str], mtu: Option<u32>, expect_answers: boo
             .run("sysctl", &["-qw", key], SHORT)
             .expect_ok("forwarding on A");
     }
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
     let _line = relay(&env, &t, Some(LIMIT), "netem-mtu.log");
     let mut b = BraidUp::start(

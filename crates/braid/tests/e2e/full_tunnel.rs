@@ -8,9 +8,7 @@
 //! ```
 //! 198.18.250.1 has no route in a's main table, so only the tunnel reaches it.
 
-mod common;
-
-use common::*;
+use crate::harness::*;
 use std::time::Duration;
 
 const TOOLS: &[&str] = &["ip", "ping"];
@@ -22,41 +20,11 @@ fn full_tunnel_default_route_uses_policy_rules() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     nsb.ip(&["addr", "add", "198.18.250.1/32", "dev", "lo"])
         .expect_ok("address behind b");
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        listen_port: Some(51820),
-        address: vec![format!("198.19.{x}.1/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec!["0.0.0.0/0".into()],
-            endpoint: Some(format!("198.18.{x}.2:51821")),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(51821),
-        address: vec![format!("198.19.{x}.2/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("198.19.{x}.1/32")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.peers[0].allowed_ips = vec!["0.0.0.0/0".into()];
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     b.assert_up();
     let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);

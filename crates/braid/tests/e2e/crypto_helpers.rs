@@ -9,15 +9,10 @@
 //!  a: va 198.18.x.1/24 ── vb 198.18.x.2/24 :b      tunnel 198.19.x.1 ⇄ 198.19.x.2
 //! ```
 
-mod common;
-#[path = "support/traffic.rs"]
-#[allow(dead_code)] // only the TCP stream is used here
-mod traffic;
-
-use common::*;
+use crate::harness::*;
+use braid::toolkit::lab::traffic::TcpTransfer;
 use std::net::SocketAddr;
 use std::time::Duration;
-use traffic::TcpTransfer;
 
 const TOOLS: &[&str] = &["ip", "ping", "wg"];
 
@@ -38,16 +33,7 @@ fn helpers_keep_every_byte_in_order_both_ways() {
         return;
     }
     let env = TestEnv::new(test);
-    let JoinedPair {
-        x,
-        nsa,
-        nsb,
-        va: _,
-        vb: _,
-        veth: _veth,
-    } = env.joined_pair();
-    let (ka, kb) = (Keys::new(), Keys::new());
-    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (ca, cb) = tunnel_confs(&ka, &kb, x);
     let knob = [("BRAID_CRYPTO_HELPERS", "2")];
     let _b = up_with_env(&env, &nsb, &ifb, &cb, &knob);
@@ -83,7 +69,7 @@ fn a_bad_helper_count_is_refused_by_name() {
     }
     let env = TestEnv::new(test);
     let ns = env.netns("a");
-    let (ka, kb) = (Keys::new(), Keys::new());
+    let (ka, kb) = (wg_keys(), wg_keys());
     let ifname = env.ifname("a");
     let (conf, _) = tunnel_confs(&ka, &kb, env.octet());
     let path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());

@@ -1,0 +1,38 @@
+//! braid's end-to-end tests, one test binary (`cargo test -p braid --test
+//! e2e`), one module per subject. Most of them build throw-away networks
+//! (namespaces, veth pairs, braid and wireguard-go tunnels) with
+//! `braid::toolkit::lab`, the same lab `braid demo` and `braid bench` use;
+//! [`harness`] adds what only tests need: a `TestEnv` per test (unique
+//! names, a directory for logs), preflight checks and panicking wrappers.
+//!
+//! All tests of this binary share one process and run in parallel
+//! (`--test-threads=2` in CI), so nothing here may change process-wide
+//! state (signal handlers, the environment, the current directory, umask):
+//! a daemon's settings go to its `Command`, names carry the run's unique
+//! prefix (`TestEnv`), and throughput is measured under `iperf_lock`.
+//!
+//! Tests that need root and tools skip (or fail, with `CI=true`) when they
+//! are missing; `bash scripts/test` runs them as root.
+
+mod harness;
+
+mod bench_crypto;
+mod bench_tunnel;
+mod compression;
+mod crypto_helpers;
+mod doctor;
+mod doctor_paths;
+mod faults;
+mod full_tunnel;
+mod handshake_flood;
+mod interop;
+mod ipv6;
+mod mss;
+mod multipath;
+mod netem;
+mod pmtu;
+mod privilege;
+mod rate_limit;
+mod resource_bounds;
+mod soak;
+mod tcp_transport;
