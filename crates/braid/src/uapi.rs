@@ -1101,8 +1101,8 @@ remove=true
         let mut t = SecretText(Zeroizing::new(String::with_capacity(4)));
         let mut plain = String::new();
         for i in 0..1000 {
-            let _ = write!(t, "line {i} {}\n", "k".repeat(i % 70));
-            let _ = write!(plain, "line {i} {}\n", "k".repeat(i % 70));
+            let _ = writeln!(t, "line {i} {}", "k".repeat(i % 70));
+            let _ = writeln!(plain, "line {i} {}", "k".repeat(i % 70));
         }
         assert_eq!(*t.0, plain);
     }
