@@ -202,7 +202,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     let mut device = Device::new(now, SystemTime::now(), seed);
     device.set_random_source(Box::new(os_random::OsRandom));
     device.set_mtu(mtu as usize);
-    // Test only (tests/faults.rs): many rekeys within a short transfer.
+    // Test only (tests/e2e/faults.rs): many rekeys within a short transfer.
     if let Some(secs) = std::env::var("BRAID_TEST_REKEY_AFTER_SECS")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())

@@ -98,11 +98,6 @@ impl Report {
     }
 }
 
-/// Bits per second an iperf3 TCP report says arrived (`end.sum_received`).
-pub fn received_bps(report: &Value) -> Option<f64> {
-    report["end"]["sum_received"]["bits_per_second"].as_f64()
-}
-
 /// The port the lab's iperf3 servers listen on (each in its own namespace).
 pub const PORT: &str = "5201";
 

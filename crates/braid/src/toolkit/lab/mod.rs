@@ -39,7 +39,6 @@ pub mod uapi;
 pub mod wireguard_go;
 
 pub use config::{keypair, IfaceConf, Keys, PeerConf};
-pub use iperf::received_bps;
 pub use netem_line::NetemLine;
 pub use netns::{Netns, Veth};
 pub use process::{require_tools, run, tool_exists, ChildGuard, Out};

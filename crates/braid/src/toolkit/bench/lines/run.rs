@@ -3,7 +3,7 @@
 //! everything down again.
 
 use super::plan::{Case, Measure, Setup, B_PORT, LINES, TUNNEL_A, TUNNEL_B};
-use crate::toolkit::lab::{self, Lab, LabResult, NetemLine};
+use crate::toolkit::lab::{self, iperf, Lab, LabResult, NetemLine};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -329,49 +329,46 @@ impl Bench {
     }
 }
 
+/// The figures of a TCP case, from iperf3's report.
 pub(super) fn tcp_summary(v: &Value) -> LabResult<Value> {
-    let bps = lab::received_bps(v).ok_or("iperf3 report without sum_received")?;
+    let r = iperf::Report::from_json(v.clone())?;
+    let bps = r.received_bps.ok_or("iperf3 report without sum_received")?;
     Ok(json!({
         "mbps": bps / 1e6,
-        "seconds": v["end"]["sum_received"]["seconds"],
-        "bytes": v["end"]["sum_received"]["bytes"],
-        "retransmits": v["end"]["sum_sent"]["retransmits"],
-        "intervals_mbps": v["intervals"]
-            .as_array()
-            .map(|a| a
-                .iter()
-                .map(|i| json!((i["sum"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e4).round() / 100.0))
-                .collect::<Vec<_>>())
-            .unwrap_or_default(),
+        "seconds": r.seconds,
+        "bytes": r.received_bytes,
+        "retransmits": r.retransmits,
+        "intervals_mbps": r
+            .interval_bps
+            .iter()
+            .map(|b| (b / 1e4).round() / 100.0)
+            .collect::<Vec<_>>(),
     }))
 }
 
+/// The figures of a UDP case, from iperf3's report: loss, and the outage a
+/// loss means at the sender's datagram rate.
 pub(super) fn udp_summary(v: &Value) -> LabResult<Value> {
-    let sum = &v["end"]["sum"];
-    let lost = sum["lost_packets"]
-        .as_u64()
-        .ok_or("iperf3 UDP report without lost_packets")?;
-    let packets = sum["packets"]
-        .as_u64()
-        .ok_or("iperf3 UDP report without packets")?;
-    let seconds = sum["seconds"].as_f64().unwrap_or(0.0);
+    let r = iperf::Report::from_json(v.clone())?;
+    let u = r.udp.as_ref().ok_or("iperf3 report is not a UDP one")?;
+    let seconds = r.seconds.unwrap_or(0.0);
     // What the sender sent per second (its own count and time).
-    let sent = v["end"]["sum_sent"]["packets"].as_u64().unwrap_or(packets);
-    let sent_secs = v["end"]["sum_sent"]["seconds"].as_f64().unwrap_or(seconds);
+    let sent = u.sent_packets.unwrap_or(u.packets);
+    let sent_secs = u.sent_seconds.unwrap_or(seconds);
     let rate = if sent_secs > 0.0 {
         sent as f64 / sent_secs
     } else {
         0.0
     };
     Ok(json!({
-        "lost_packets": lost,
-        "packets": packets,
-        "lost_percent": sum["lost_percent"].as_f64().unwrap_or(0.0),
+        "lost_packets": u.lost_packets,
+        "packets": u.packets,
+        "lost_percent": u.lost_percent,
         "seconds": seconds,
         "rate_pps": rate,
-        "outage_ms": if rate > 0.0 { lost as f64 / rate * 1000.0 } else { f64::NAN },
-        "out_of_order": v["end"]["sum_received"]["out_of_order"],
-        "mbps": sum["bits_per_second"].as_f64().unwrap_or(0.0) / 1e6,
-        "jitter_ms": sum["jitter_ms"],
+        "outage_ms": if rate > 0.0 { u.lost_packets as f64 / rate * 1000.0 } else { f64::NAN },
+        "out_of_order": u.out_of_order,
+        "mbps": r.received_bps.unwrap_or(0.0) / 1e6,
+        "jitter_ms": u.jitter_ms,
     }))
 }

@@ -5,7 +5,6 @@
 
 use crate::toolkit::bench::stats;
 use crate::toolkit::lab::{self, ChildId, Lab, LabResult};
-use serde_json::Value;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -189,18 +188,13 @@ impl Path<'_> {
         let out = self.lab.stop(client, "iperf3-client.json");
         let pings = ping.map(|id| self.finish_ping(id, "ping-loaded.log"));
         outcome?;
-        let report: Value = serde_json::from_str(&out)
-            .map_err(|e| format!("iperf3 printed no JSON ({e}): {}", out.trim()))?;
-        if let Some(err) = report["error"].as_str() {
-            return Err(format!(
-                "iperf3 -c {} {}: {err}",
-                self.target,
-                args.join(" ")
-            ));
-        }
-        let bps = lab::received_bps(&report).ok_or("iperf3 report without sum_received")?;
-        let bytes = report["end"]["sum_received"]["bytes"]
-            .as_f64()
+        let report = lab::iperf::Report::parse(&out)
+            .map_err(|e| format!("iperf3 -c {} {}: {e}", self.target, args.join(" ")))?;
+        let bps = report
+            .received_bps
+            .ok_or("iperf3 report without sum_received")?;
+        let bytes = report
+            .received_bytes
             .ok_or("iperf3 report without sum_received.bytes")?;
         let vpn_cpu_s = match (cpu_before, cpu_after?) {
             (Some(before), Some(after)) => Some(after - before),
@@ -209,7 +203,7 @@ impl Path<'_> {
         Ok(Transfer {
             gbps: bps / 1e9,
             bytes,
-            retransmits: report["end"]["sum_sent"]["retransmits"].as_u64(),
+            retransmits: report.retransmits,
             vpn_cpu_s,
             system_cpu_s: system_after? - system_before,
             pings,
