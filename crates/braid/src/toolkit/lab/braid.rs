@@ -3,9 +3,10 @@
 //! (or any userspace WireGuard) that did not go away by itself.
 
 use super::netns::Netns;
+use super::process::LabResult;
 use super::process::{run, terminate_pid, wait_until, SHORT};
+use super::setup::Lab;
 use super::uapi::sock_path;
-use super::{Lab, LabResult};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

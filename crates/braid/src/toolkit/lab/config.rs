@@ -2,8 +2,8 @@
 //! both the wg-quick file (`braid up`, `wg-quick up`) and the `wg setconf`
 //! file (wireguard-go).
 
+use super::process::LabResult;
 use super::process::{run_bounded_stdin, run_program, SHORT};
-use super::LabResult;
 use crate::keys::PrivateKey;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

@@ -2,8 +2,8 @@
 //! (`iperf3 -J`): [`Report`].
 
 use super::netns::{cmd_in, run_in};
+use super::process::LabResult;
 use super::process::{wait_until, ChildGuard, LONG, SHORT};
-use super::LabResult;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! Impaired lines: a `braid netem` relay the lab owns, controlled through
 //! its unix socket.
 
-use super::{ChildId, Lab, LabResult};
+use super::process::LabResult;
+use super::setup::{ChildId, Lab};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

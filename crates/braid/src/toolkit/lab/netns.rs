@@ -2,9 +2,9 @@
 //! dropped [`Netns`] terminates every process inside it (by PID) and is
 //! deleted, which also destroys its interfaces.
 
+use super::process::LabResult;
 use super::process::{pid_alive, pid_exe, run_bounded, run_program, terminate_pid, Out};
 use super::process::{wait_until, LONG, SHORT};
-use super::LabResult;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

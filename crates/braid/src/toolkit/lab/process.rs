@@ -2,7 +2,6 @@
 //! and a process is only ever signalled by its PID, and only when the lab
 //! started it (directly, or inside a namespace the lab created).
 
-use super::LabResult;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,6 +9,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// What every lab step returns: the value, or what went wrong in words.
+pub type LabResult<T> = Result<T, String>;
 
 /// Generous bound for "this should happen" waits: nothing fails for being
 /// slow, only for something not happening within this bound.

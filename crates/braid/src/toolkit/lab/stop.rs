@@ -2,7 +2,7 @@
 //! leave its loop and let the `Lab` be dropped (which removes everything)
 //! instead of dying with namespaces left behind.
 
-use super::LabResult;
+use super::process::LabResult;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 

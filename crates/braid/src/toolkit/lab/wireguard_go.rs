@@ -3,9 +3,9 @@
 
 use super::config::{write_private, IfaceConf};
 use super::netns::Netns;
+use super::process::LabResult;
 use super::process::{wait_until, ChildGuard, LONG, SHORT};
 use super::uapi::sock_path;
-use super::LabResult;
 use std::path::Path;
 
 /// `wireguard-go -f NAME` in a namespace. On drop: SIGTERM/SIGKILL by
