@@ -17,12 +17,33 @@ const TOOLS: &[&str] = &["ip", "ping", "wg"];
 
 /// The fields of /proc/PID/status this test reads.
 fn status_field(pid: i32, field: &str) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    field_of(&format!("/proc/{pid}/status"), field)
+}
+
+fn field_of(status_file: &str, field: &str) -> String {
+    let status = std::fs::read_to_string(status_file).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .map(|v| v.trim().to_string())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .unwrap_or_else(|| panic!("no {field} in {status_file}"))
+}
+
+/// (thread name, status file) of every thread of `pid`.
+fn threads(pid: i32) -> Vec<(String, String)> {
+    let dir = format!("/proc/{pid}/task");
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .flatten()
+        .map(|t| {
+            let path = t.path();
+            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            (
+                name.trim().to_string(),
+                path.join("status").display().to_string(),
+            )
+        })
+        .collect()
 }
 
 fn nobody_uid() -> String {
@@ -80,6 +101,39 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
     assert_eq!(cap_inh, "0000000000001000", "inheritable capabilities");
     assert_eq!(cap_amb, "0000000000001000", "ambient capabilities");
     assert_eq!(no_new_privs, "1");
+    // Capabilities, the bounding set and no-new-privs are per thread:
+    // every thread has the reduced ones, the UAPI's among them.
+    let tasks = threads(pid);
+    assert!(tasks.len() >= 2, "the daemon has its threads: {tasks:?}");
+    for (name, status) in &tasks {
+        let who = format!("thread {name} ({status})");
+        assert!(
+            field_of(status, "Uid")
+                .split_whitespace()
+                .all(|u| u == nobody),
+            "{who}: Uid"
+        );
+        assert_eq!(
+            field_of(status, "CapEff"),
+            net_admin_and_bind,
+            "{who}: CapEff"
+        );
+        assert_eq!(
+            field_of(status, "CapPrm"),
+            net_admin_and_bind,
+            "{who}: CapPrm"
+        );
+        assert_eq!(
+            field_of(status, "CapBnd"),
+            net_admin_and_bind,
+            "{who}: CapBnd"
+        );
+        assert_eq!(field_of(status, "NoNewPrivs"), "1", "{who}: NoNewPrivs");
+    }
+    eprintln!(
+        "[{test}] every thread reduced: {:?}",
+        tasks.iter().map(|t| &t.0).collect::<Vec<_>>()
+    );
     assert!(
         a.log_text().contains("running as user nobody"),
         "{}",
