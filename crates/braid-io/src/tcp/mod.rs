@@ -10,8 +10,14 @@
 //!   know whose connection it is: the core authenticates the messages and
 //!   learns the address as the peer's endpoint, and replies to that address
 //!   go back on the same connection. The daemon reports back which
-//!   addresses the core knows ([`TcpLine::sort_out`]); connections nobody
-//!   authenticated are closed after a grace period and evicted first.
+//!   addresses the core knows: right after a batch in which a connection
+//!   not yet known spoke ([`TcpLine::strangers_spoke`],
+//!   [`TcpLine::mark_peers`]), and once a second ([`TcpLine::sort_out`]).
+//!   Connections nobody authenticated are closed after a grace period and
+//!   evicted first, and one address holds at most
+//!   [`MAX_UNAUTHENTICATED_PER_ADDRESS`] of them, so a connect flood from
+//!   one address cannot push a peer's new connection out before its first
+//!   message is authenticated.
 //! - a **connecting** line keeps one connection to one endpoint and opens
 //!   it again by itself, with exponential backoff, whenever it breaks.
 //!
@@ -57,6 +63,12 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// a message from it before it is closed (WireGuard retries a handshake
 /// every 5 s, so a real peer gets several tries).
 const UNAUTHENTICATED_GRACE: Duration = Duration::from_secs(20);
+/// Least time between two [`TcpLine::mark_peers`] runs a flood of strangers
+/// can cause (each asks the core about every connection).
+const MARK_INTERVAL: Duration = Duration::from_millis(20);
+/// Connections one address may hold before the core authenticated any of
+/// them; its oldest goes when it opens another.
+pub const MAX_UNAUTHENTICATED_PER_ADDRESS: usize = 4;
 /// Readiness events taken per receive call.
 const EVENTS: usize = 64;
 
@@ -102,6 +114,11 @@ pub struct TcpLine {
     /// Whole frames wait in a receive buffer: the line is readable even
     /// though epoll says nothing.
     pending: AtomicBool,
+    /// A connection the core has not authenticated yet delivered frames
+    /// since the last [`TcpLine::mark_peers`].
+    strangers_spoke: AtomicBool,
+    /// When [`TcpLine::strangers_spoke`] last said yes.
+    last_marked: Mutex<Option<Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -170,6 +187,8 @@ impl TcpLine {
             dropped: AtomicU64::new(0),
             connects: AtomicU64::new(0),
             pending: AtomicBool::new(false),
+            strangers_spoke: AtomicBool::new(false),
+            last_marked: Mutex::new(None),
         }
     }
 
@@ -242,11 +261,17 @@ impl TcpLine {
         }
         let now = Instant::now();
         let mut heard = false;
+        let mut strangers = false;
         for c in &scratch.connections {
             if batch.is_full() {
                 break;
             }
-            heard |= c.receive(batch, line, now);
+            let got = c.receive(batch, line, now);
+            heard |= got;
+            strangers |= got && !c.is_authenticated();
+        }
+        if strangers {
+            self.strangers_spoke.store(true, Ordering::Relaxed);
         }
         scratch.connections.clear();
         let mut table = lock(&self.table);
@@ -275,6 +300,24 @@ impl TcpLine {
             {
                 continue;
             }
+            let remote = sys::unmapped(remote);
+            // One address's unauthenticated connections: its oldest goes
+            // when it has too many, before anyone else's.
+            let from_there: Vec<usize> = (0..table.connections.len())
+                .filter(|&i| {
+                    let c = &table.connections[i];
+                    !c.is_authenticated() && c.remote.ip() == remote.ip()
+                })
+                .collect();
+            if from_there.len() >= MAX_UNAUTHENTICATED_PER_ADDRESS {
+                if let Some(&i) = from_there
+                    .iter()
+                    .min_by_key(|&&i| table.connections[i].opened)
+                {
+                    let gone = table.connections.remove(i);
+                    self.epoll.remove(gone.stream.as_raw_fd());
+                }
+            }
             if table.connections.len() >= MAX_CONNECTIONS {
                 // Strangers go first, the oldest of them; among peers the
                 // one that has been silent longest.
@@ -291,7 +334,7 @@ impl TcpLine {
                 }
             }
             self.connects.fetch_add(1, Ordering::Relaxed);
-            self.add_connection(table, stream, sys::unmapped(remote), true);
+            self.add_connection(table, stream, remote, true);
         }
     }
 
@@ -368,6 +411,35 @@ impl TcpLine {
         if table.connections.len() < before && table.connections.is_empty() {
             if let Role::Connect { timer, .. } = &self.role {
                 self.retry_later(table, timer);
+            }
+        }
+    }
+
+    /// Whether a connection the core has not authenticated yet delivered
+    /// frames since [`mark_peers`](Self::mark_peers) last ran, and that was
+    /// at least 20 ms ago: then it should run, once the batch went through
+    /// the core.
+    pub fn strangers_spoke(&self, now: Instant) -> bool {
+        if !self.strangers_spoke.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut last = lock(&self.last_marked);
+        if last.is_some_and(|t| now.saturating_duration_since(t) < MARK_INTERVAL) {
+            return false;
+        }
+        *last = Some(now);
+        self.strangers_spoke.store(false, Ordering::Relaxed);
+        true
+    }
+
+    /// Marks the accepted connections whose address the core now knows
+    /// (`is_peer`) as a peer's, so they are kept when the table is full:
+    /// at their first authenticated message, not at the next [`sort_out`](Self::sort_out).
+    pub fn mark_peers(&self, is_peer: impl Fn(SocketAddr) -> bool) {
+        let table = lock(&self.table);
+        for c in &table.connections {
+            if !c.is_authenticated() && is_peer(c.remote) {
+                c.authenticate();
             }
         }
     }

@@ -170,8 +170,18 @@ fn strangers_make_room_for_them_not_for_an_authenticated_peer() {
     listening.sort_out(|addr| addr == peer);
     assert_eq!(listening.authenticated_connections(), 1);
 
+    // From as many loopback addresses (one address would be held to
+    // MAX_UNAUTHENTICATED_PER_ADDRESS long before the table fills).
     let strangers: Vec<TcpStream> = (0..MAX_CONNECTIONS + 5)
-        .map(|_| TcpStream::connect(server).unwrap())
+        .map(|k| {
+            let from = IpAddr::V4(Ipv4Addr::new(
+                127,
+                0,
+                1 + (k / 250) as u8,
+                1 + (k % 250) as u8,
+            ));
+            sys::start_connect(server, None, Some(from), 0, KERNEL_UNSENT).unwrap()
+        })
         .collect();
     let mut batch = PacketBatch::new(8, 2048);
     for _ in 0..ROUNDS {
@@ -218,4 +228,80 @@ fn a_datagram_longer_than_a_frame_is_dropped_and_the_stream_stays_in_step() {
     let got: Vec<Vec<u8>> = got.into_iter().map(|(bytes, _)| bytes).collect();
     assert_eq!(got, [vec![1; 10], vec![3; 1000]]);
     assert_eq!(listening.connections(), 1, "the connection is still up");
+}
+
+/// Accepts what is waiting on `listening`.
+fn accept_waiting(listening: &TcpLine) {
+    let mut batch = PacketBatch::new(8, 2048);
+    for _ in 0..20 {
+        let fds = [(listening.as_raw_fd(), Interest::READABLE)];
+        if !poll::wait(&fds, Some(Duration::from_millis(10)))
+            .unwrap()
+            .is_readable(0)
+        {
+            return;
+        }
+        listening.recv_batch(&mut batch, 0).unwrap();
+    }
+}
+
+#[test]
+fn one_address_holds_few_unauthenticated_connections() {
+    let listening = TcpLine::listen(0, 0).unwrap();
+    let port = listening.local_port().unwrap();
+    let to = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    // A peer's connection, authenticated (as the core would say).
+    let peer = TcpStream::connect(to).unwrap();
+    accept_waiting(&listening);
+    let peer_addr = peer.local_addr().unwrap();
+    listening.mark_peers(|a| a == peer_addr);
+    assert_eq!(listening.authenticated_connections(), 1);
+    // A flood from the same address: only the newest few of it stay, and
+    // the peer's connection is never the one that goes.
+    let flood: Vec<TcpStream> = (0..3 * MAX_CONNECTIONS)
+        .map(|_| {
+            let s = TcpStream::connect(to).unwrap();
+            accept_waiting(&listening);
+            s
+        })
+        .collect();
+    assert_eq!(
+        listening.connections(),
+        1 + MAX_UNAUTHENTICATED_PER_ADDRESS,
+        "the peer and the flood's newest"
+    );
+    assert_eq!(listening.authenticated_connections(), 1);
+    let kept: Vec<SocketAddr> = lock(&listening.table)
+        .connections
+        .iter()
+        .map(|c| c.remote)
+        .collect();
+    assert!(kept.contains(&peer_addr));
+    let newest = flood[flood.len() - 1].local_addr().unwrap();
+    assert!(kept.contains(&newest), "the newest stranger stays");
+}
+
+#[test]
+fn strangers_speaking_is_reported_at_most_every_mark_interval() {
+    let listening = TcpLine::listen(0, 0).unwrap();
+    let port = listening.local_port().unwrap();
+    let to = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let now = Instant::now();
+    assert!(!listening.strangers_spoke(now), "nobody spoke");
+    let mut s = TcpStream::connect(to).unwrap();
+    accept_waiting(&listening);
+    // One frame: a 2-byte length prefix and a datagram.
+    use std::io::Write as _;
+    s.write_all(&[0, 4, 1, 2, 3, 4]).unwrap();
+    let mut batch = PacketBatch::new(8, 2048);
+    for _ in 0..ROUNDS {
+        listening.recv_batch(&mut batch, 0).unwrap();
+        if !batch.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(batch.len(), 1, "the frame arrived");
+    assert!(listening.strangers_spoke(now));
+    assert!(!listening.strangers_spoke(now), "reported once");
 }

@@ -74,6 +74,7 @@ use super::batch::data_plane_batch;
 use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
 use super::pmtu::{self, PathMtu};
+use super::tcp_lines;
 use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
 use braid_core::device::{CryptoJobs, Device};
@@ -535,6 +536,9 @@ pub fn receive_from_line(
             device.finish_decapsulate(now, batch, jobs);
             device.has_pending_transmit()
         };
+        if tcp_lines::strangers_spoke(&shared.lines(), line, now) {
+            tcp_lines::mark_peer_connections(&shared.lines(), &shared.device(), line);
+        }
         shared.clamp_mss(batch);
         let written = shared.tun.write_batch(batch)? + write_released_into(shared, now, control)?;
         if pending {

@@ -87,6 +87,14 @@ impl Lines {
         self.sockets.iter().filter_map(Line::udp)
     }
 
+    /// Line `line` if it is a listening TCP line.
+    pub fn tcp_listener(&self, line: usize) -> Option<&braid_io::TcpLine> {
+        match self.sockets.get(line)? {
+            Line::Tcp(super::line::TcpRole::Listen, tcp) => Some(tcp),
+            _ => None,
+        }
+    }
+
     /// Receives one batch from line `line`, tagging each datagram with it.
     pub fn recv(&self, line: usize, batch: &mut PacketBatch) -> io::Result<usize> {
         // Indexing first: a line that exists has an index that fits u16.

@@ -140,6 +140,35 @@ pub fn add_endpoint_path(
     Ok(())
 }
 
+/// Whether the core knows `addr` as a path on `line`: an authenticated
+/// peer's connection.
+fn is_peer_on(device: &Device, line: u16, addr: SocketAddr) -> bool {
+    device.peer_ids().any(|pid| {
+        device
+            .peer(pid)
+            .is_some_and(|p| p.find_path(line, addr).is_some())
+    })
+}
+
+/// Whether listening TCP line `line` should learn which of its connections
+/// are peers' now: a connection not yet known spoke in the batch just
+/// received (checked without the device lock; see [`mark_peer_connections`]).
+pub fn strangers_spoke(lines: &Lines, line: usize, now: std::time::Instant) -> bool {
+    lines
+        .tcp_listener(line)
+        .is_some_and(|tcp| tcp.strangers_spoke(now))
+}
+
+/// Marks the connections of listening TCP line `line` whose address the
+/// core now knows as peers', at their first authenticated message, so a
+/// connect flood cannot evict them before the once-a-second sort.
+pub fn mark_peer_connections(lines: &Lines, device: &Device, line: usize) {
+    if let Some(tcp) = lines.tcp_listener(line) {
+        // `line as u16` is exact: Lines hands out no index above u16::MAX.
+        tcp.mark_peers(|addr| is_peer_on(device, line as u16, addr));
+    }
+}
+
 /// Tells each listening TCP line which of its connections carry an
 /// authenticated peer: those whose address the core knows as a path on
 /// that line. The others are closed after a grace period and are the first
@@ -148,13 +177,7 @@ pub fn sort_out_connections(lines: &Lines, device: &Device) {
     for (i, line) in lines.all().iter().enumerate() {
         // `i as u16` below is exact: Lines hands out no index above u16::MAX.
         if let Line::Tcp(TcpRole::Listen, tcp) = line {
-            tcp.sort_out(|addr| {
-                device.peer_ids().any(|pid| {
-                    device
-                        .peer(pid)
-                        .is_some_and(|p| p.find_path(i as u16, addr).is_some())
-                })
-            });
+            tcp.sort_out(|addr| is_peer_on(device, i as u16, addr));
         }
     }
 }

@@ -190,6 +190,149 @@ fn tcp_transport_through_an_underlay_that_drops_udp() {
     side_b.down();
 }
 
+/// A connect flood against B's TCP port from a third namespace (about 250
+/// connections a second, each held open) while A's connection is killed:
+/// A reconnects, its new connection is marked as a peer's at its first
+/// authenticated message and the flooder keeps only a few slots, so the
+/// flood never evicts it and the tunnel carries pings throughout.
+///
+/// ```text
+///  netns a ── va/vb 198.18.X.1/.2 ── netns b (TCP :51821) ── vc/vd 198.18.Y.2/.1 ── netns c (flood)
+/// ```
+#[test]
+fn tcp_peer_reconnects_through_a_connect_flood() {
+    let test = "tcp_connect_flood";
+    if !preflight(test, &["ip", "ss", "ping"]) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
+    let y = x.wrapping_add(100);
+    let nsc = env.netns("c");
+    let _flood_line = Veth::new(
+        &nsc,
+        &env.ifname("vc"),
+        &format!("198.18.{y}.1/24"),
+        &nsb,
+        &env.ifname("vd"),
+        &format!("198.18.{y}.2/24"),
+    )
+    .or_panic();
+    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(PORT_B),
+        address: vec![format!("{tb}/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("{ta}/32")],
+            braid_lines: vec!["Transport = tcp".into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        address: vec![format!("{ta}/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec![format!("{tb}/32")],
+            endpoint: Some(format!("198.18.{x}.2:{PORT_B}")),
+            braid_lines: vec!["Transport = tcp".into()],
+            keepalive: Some(1),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    side_b.assert_up();
+    let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
+    side_a.assert_up();
+    assert!(
+        ping_until_reply(&nsa, &tb, LONG),
+        "{test}: no tunnel before the flood"
+    );
+    let first = tunnel_connection(&nsa).expect("A's connection to B");
+
+    // The flood: connections from C, opened as fast as 4 ms apart and kept
+    // open (a stranger that never speaks), for 8 s.
+    let flood = {
+        let to: std::net::SocketAddr = format!("198.18.{y}.2:{PORT_B}").parse().unwrap();
+        braid::toolkit::lab::traffic::in_netns(&nsc.name, move || {
+            let mut held = std::collections::VecDeque::new();
+            let mut opened = 0u32;
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(8);
+            while std::time::Instant::now() < end {
+                if let Ok(c) =
+                    std::net::TcpStream::connect_timeout(&to, std::time::Duration::from_millis(200))
+                {
+                    opened += 1;
+                    held.push_back(c);
+                    if held.len() > 500 {
+                        held.pop_front();
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(4));
+            }
+            opened
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    // A's connection dies during the flood: A must get a new one through.
+    let out = nsa.run(
+        "ss",
+        &[
+            "-K",
+            "-tn",
+            "dst",
+            &format!("198.18.{x}.2"),
+            "dport",
+            "=",
+            &format!(":{PORT_B}"),
+        ],
+        SHORT,
+    );
+    assert!(out.ok(), "{test}: ss -K on A: {}", out.describe());
+    let second = wait_for_new_connection(&nsa, &first).unwrap_or_else(|| {
+        panic!(
+            "{test}: A did not reconnect during the flood\n{}\n{}",
+            side_a.log_text(),
+            side_b.log_text()
+        )
+    });
+    let during = ping_counted(&nsa, &["-i", "0.2"], &tb, 25);
+    let opened = flood.join().expect("the flood thread");
+    let after = tunnel_connection(&nsa);
+    eprintln!(
+        "[{test}] flood opened {opened} connections; A's connection {first} -> {second} -> \
+         {after:?}; ping during the flood: {} of {}",
+        during.received, during.transmitted
+    );
+    assert!(
+        opened > 200,
+        "{test}: the flood was too small to test anything ({opened})"
+    );
+    // Evicted, A would have had to connect again (and again).
+    assert_eq!(
+        after.as_deref(),
+        Some(second.as_str()),
+        "{test}: the flood pushed A's new connection out\n{}\n{}",
+        side_a.log_text(),
+        side_b.log_text()
+    );
+    assert!(
+        during.received >= during.transmitted * 4 / 5,
+        "{test}: the tunnel carried too little during the flood: {}",
+        during.output
+    );
+    assert!(
+        ping_until_reply(&nsa, &tb, LONG),
+        "{test}: no tunnel after the flood"
+    );
+    side_a.down();
+    side_b.down();
+}
+
 /// Drops UDP in both directions on the namespace's underlay interface.
 fn block_udp(ns: &Netns, dev: &str) {
     let rules = format!(
