@@ -18,6 +18,7 @@ mod harness;
 
 mod bench_crypto;
 mod bench_tunnel;
+mod checksums;
 mod compression;
 mod crypto_helpers;
 mod doctor;
