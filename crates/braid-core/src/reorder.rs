@@ -84,9 +84,13 @@
 //! and ready ones together by twice that (an insert that would overflow is
 //! refused with [`InsertOutcome::ReadyFull`], which cannot happen to a
 //! caller that drains after every call), so the pool never holds more than
-//! `2 × capacity + 1` slots of `max_packet` bytes.
-//! Slots are allocated on first need and reused: no allocation per packet
-//! after warm-up, and nothing a sender does can grow it further.
+//! `2 × capacity + 1` slots. Slots are allocated on first need and reused:
+//! no allocation per packet after warm-up, and nothing a sender does can
+//! grow it further. Each slot is as large as the largest packet it has
+//! held (with 1420-byte packets under a 9000-byte MTU a slot costs 1420
+//! bytes, not 9000), and all of them are freed once the window has held
+//! nothing for [`IDLE_RELEASE`] (5 s), so a peer that reordered once does
+//! not keep megabytes.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -139,6 +143,12 @@ const FRONTIER_MAX_STEP: Duration = Duration::from_millis(10);
 
 /// Given-up gaps remembered to measure how late their packets came.
 const GIVEN_UP_LEN: usize = 16;
+
+/// How long a window must have held nothing before its slots are freed:
+/// long enough that steady reordering keeps its slots (no allocation per
+/// burst), short enough that a peer that reordered once does not keep
+/// megabytes for good.
+pub const IDLE_RELEASE: Duration = Duration::from_secs(5);
 
 /// Largest `max_bytes` (and `max_packet`) a window uses: held and ready
 /// bytes together (at most twice `max_bytes`) plus one more packet then
@@ -362,12 +372,16 @@ struct GivenUp {
     since: Instant,
 }
 
-/// Fixed-size packet slots, allocated on first need and reused.
-#[derive(Debug)]
+/// Packet slots, allocated on first need and reused, each as large as the
+/// largest packet it has held (not the largest the window could take: a
+/// 9000-byte MTU must not make every 1420-byte packet cost 9000 bytes).
+/// All of them go once the window has been empty for [`IDLE_RELEASE`].
+#[derive(Debug, Default)]
 struct SlotPool {
-    slots: Vec<Box<[u8]>>,
+    slots: Vec<Vec<u8>>,
     free: Vec<u32>,
-    slot_size: usize,
+    /// Bytes the slots have allocated (the sum of their capacities).
+    allocated: usize,
 }
 
 impl SlotPool {
@@ -375,18 +389,23 @@ impl SlotPool {
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
-                self.slots.push(vec![0; self.slot_size].into_boxed_slice());
+                self.slots.push(Vec::new());
                 // At most 2 × capacity + 1 slots, and new() keeps capacity
                 // below u32::MAX / 2.
                 (self.slots.len() - 1) as u32
             }
         };
         let slot = &mut self.slots[index as usize];
-        if slot.len() < self.slot_size {
-            // Made before the window's packet size was raised: grown once.
-            *slot = vec![0; self.slot_size].into_boxed_slice();
+        slot.clear();
+        let before = slot.capacity();
+        if before < packet.len() {
+            // Grown once per slot and size: no allocation per packet
+            // after warm-up.
+            slot.reserve_exact(packet.len());
+            // Capacities are of live allocations: their sum fits a usize.
+            self.allocated = self.allocated - before + slot.capacity();
         }
-        slot[..packet.len()].copy_from_slice(packet);
+        slot.extend_from_slice(packet);
         index
     }
 
@@ -396,6 +415,13 @@ impl SlotPool {
 
     fn bytes(&self, entry: &Entry) -> &[u8] {
         &self.slots[entry.slot as usize][..entry.len as usize]
+    }
+
+    /// Frees every slot; only when none is in use.
+    fn clear_if_unused(&mut self) {
+        if self.free.len() == self.slots.len() {
+            *self = SlotPool::default();
+        }
     }
 }
 
@@ -421,6 +447,8 @@ pub struct ReorderWindow {
     /// The slot `pop_ready` lent out last; freed at the next call.
     lent: Option<u32>,
     pool: SlotPool,
+    /// Since when nothing is held, ready or lent (see [`IDLE_RELEASE`]).
+    empty_since: Option<Instant>,
     paths: [PathState; MAX_PATHS],
     live: u8,
     /// Paths whose `pass` is set.
@@ -451,11 +479,8 @@ impl ReorderWindow {
             ready_bytes: 0,
             held_bytes: 0,
             lent: None,
-            pool: SlotPool {
-                slots: Vec::new(),
-                free: Vec::new(),
-                slot_size: cfg.max_packet,
-            },
+            pool: SlotPool::default(),
+            empty_since: None,
             paths: std::array::from_fn(|_| PathState::new()),
             live: 0,
             passed: 0,
@@ -501,12 +526,16 @@ impl ReorderWindow {
         }
         self.cfg.max_packet = max_packet;
         self.cfg.max_bytes = self.cfg.max_bytes.max(max_packet);
-        self.pool.slot_size = max_packet;
     }
 
-    /// Storage slots allocated so far (each `max_packet` bytes).
+    /// Storage slots allocated now.
     pub fn allocated_slots(&self) -> usize {
         self.pool.slots.len()
+    }
+
+    /// Bytes the storage slots have allocated now.
+    pub fn allocated_bytes(&self) -> usize {
+        self.pool.allocated
     }
 
     /// The next counter to deliver, once a packet was seen. Still
@@ -826,7 +855,21 @@ impl ReorderWindow {
             self.lateness.at = Some(now);
         }
         self.now = Some(now);
+        self.release_when_idle(now);
         now
+    }
+
+    /// Frees the slots once nothing was held, ready or lent for
+    /// [`IDLE_RELEASE`].
+    fn release_when_idle(&mut self, now: Instant) {
+        if !self.entries.is_empty() || self.lent.is_some() {
+            self.empty_since = None;
+            return;
+        }
+        let since = *self.empty_since.get_or_insert(now);
+        if !self.pool.slots.is_empty() && now.saturating_duration_since(since) >= IDLE_RELEASE {
+            self.pool.clear_if_unused();
+        }
     }
 
     fn reclaim_lent(&mut self) {

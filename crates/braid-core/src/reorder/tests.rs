@@ -458,6 +458,58 @@ fn a_raised_max_packet_lets_bigger_packets_in_and_grows_old_slots() {
 }
 
 #[test]
+fn slots_are_as_large_as_their_packets_not_the_largest_possible() {
+    // A 9000-byte tunnel MTU, 1420-byte packets: 100 of them held.
+    let mut rx = Rx::new(
+        ReorderConfig {
+            max_packet: 9000,
+            ..ReorderConfig::default()
+        },
+        0,
+    );
+    rx.packet(0, 0, 0, 1420);
+    for c in 2..102 {
+        assert_eq!(rx.packet(10, c, 0, 1420), Some(InsertOutcome::Buffered));
+    }
+    assert_eq!(rx.w.allocated_slots(), 100);
+    assert!(
+        rx.w.allocated_bytes() <= 100 * 1420 * 2,
+        "{} bytes for 100 packets of 1420",
+        rx.w.allocated_bytes()
+    );
+    assert!(rx.w.allocated_bytes() >= 100 * 1420);
+}
+
+#[test]
+fn slots_are_freed_once_the_window_was_idle_and_kept_while_it_reorders() {
+    let mut rx = Rx::new(table_cfg(), 0);
+    let idle_us = IDLE_RELEASE.as_micros() as u64;
+    rx.packet(0, 0, 0, 64);
+    // A burst of reordering: 2..=9 wait for 1.
+    for c in 2..10 {
+        rx.packet(10, c, 0, 64);
+    }
+    rx.packet(20, 1, 0, 64);
+    assert_eq!(rx.delivered, (0..10).collect::<Vec<_>>());
+    let slots = rx.w.allocated_slots();
+    assert!(slots >= 8);
+    // In order again, but for less than IDLE_RELEASE: the slots stay (a
+    // window that reorders now and then does not allocate per burst).
+    rx.packet(30 + idle_us / 2, 10, 0, 64);
+    assert_eq!(rx.w.allocated_slots(), slots);
+    // Nothing held for IDLE_RELEASE (from when the window was seen
+    // empty): they go.
+    rx.packet(30 + idle_us / 2 + idle_us, 11, 0, 64);
+    assert_eq!(rx.w.allocated_slots(), 0);
+    assert_eq!(rx.w.allocated_bytes(), 0);
+    // And come back when needed.
+    rx.packet(50 + 2 * idle_us, 13, 0, 64);
+    assert_eq!(rx.w.allocated_slots(), 1);
+    rx.packet(60 + 2 * idle_us, 12, 0, 64);
+    assert_eq!(rx.delivered, (0..14).collect::<Vec<_>>());
+}
+
+#[test]
 fn an_undrained_ready_queue_refuses_and_recovers() {
     let mut w = ReorderWindow::new(ReorderConfig {
         capacity: 2,
