@@ -63,8 +63,9 @@ pub struct Peer {
     pub mode: Mode,
     /// This peer's `Cipher =`; `None` follows the interface's.
     pub cipher: Option<crate::cipher::CipherPolicy>,
-    /// The peer answered our braid hello (or sent one): extensions are on.
-    pub speaks_braid: bool,
+    /// Local index of the last session an extension message (a hello, a
+    /// probe…) arrived in; see [`Peer::speaks_braid`].
+    pub braid_session: Option<u32>,
     /// Hellos still to send for the current session before concluding the
     /// peer is stock WireGuard.
     pub hellos_left: u8,
@@ -124,13 +125,30 @@ impl Peer {
         }
     }
 
+    /// Whether the peer runs braid's extensions: one of its extension
+    /// messages arrived in a session we still have (next, current or
+    /// previous). A braid peer says hello in every new session, so a rekey
+    /// does not make this flap; a peer that comes back as stock WireGuard
+    /// (same keys, no extensions) loses it once the last session it spoke
+    /// braid in is gone, instead of keeping braid's path MTU and paths.
+    pub fn speaks_braid(&self) -> bool {
+        let Some(index) = self.braid_session else {
+            return false;
+        };
+        let k = &self.keypairs;
+        [&k.next, &k.current, &k.previous]
+            .into_iter()
+            .flatten()
+            .any(|kp| kp.local_index == index)
+    }
+
     pub fn new(local: &LocalStatic, public: [u8; 32]) -> Self {
         Peer {
             remote: RemoteStatic::new(local, public, [0; 32]),
             paths: Vec::new(),
             mode: Mode::default(),
             cipher: None,
-            speaks_braid: false,
+            braid_session: None,
             hellos_left: 0,
             reorder: ReorderWindow::new(ReorderConfig::default()),
             reorder_session: None,
@@ -208,7 +226,7 @@ impl Peer {
     ) -> usize {
         let idx = match self.find_path(line, remote) {
             Some(i) => i,
-            None if self.speaks_braid || self.paths.is_empty() => {
+            None if self.speaks_braid() || self.paths.is_empty() => {
                 self.learn_path(now, line, remote)
             }
             None => {

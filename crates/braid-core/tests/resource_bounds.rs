@@ -92,8 +92,17 @@ fn peers_stop_at_the_limit() {
 fn paths_per_peer_stop_at_max_paths() {
     let local = LocalStatic::new([3; 32]);
     let mut peer = Peer::new(&local, [4; 32]);
-    peer.speaks_braid = true; // learns a path from every new source
     let now = clock::epoch();
+    // A braid peer (it spoke braid in its session) learns a path from
+    // every new source.
+    let keys = braid_core::noise::SessionKeys {
+        send: [1; 32],
+        recv: [2; 32],
+    };
+    let session = braid_core::session::Keypair::new(&keys, 7, 8, now, true, false);
+    peer.keypairs.current = Some(Box::new(session));
+    peer.braid_session = Some(7);
+    assert!(peer.speaks_braid());
     for n in 0..TENFOLD * MAX_PATHS {
         peer.authenticated_rx(now, 0, source(n), 100);
         assert!(peer.paths.len() <= MAX_PATHS);

@@ -696,6 +696,38 @@ fn cut_rough_line_recovers_by_itself() {
     cut_and_restore(rough_line(), 5);
 }
 
+/// A braid peer that comes back as stock WireGuard (same keys, no
+/// extensions) is seen as stock again once the sessions it spoke braid in
+/// are gone; a braid peer stays braid across every rekey.
+#[test]
+fn speaking_braid_is_per_session() {
+    let mut p = pair();
+    let mut n = 0;
+    let mut traffic = |p: &mut Net, secs: u64| {
+        for _ in 0..secs * 2 {
+            n += 1;
+            send(p, A, n);
+            send(p, B, n);
+            p.run_for(Duration::from_millis(500));
+        }
+    };
+    traffic(&mut p, 2);
+    assert!(p.peer_info(B).speaks_braid, "hello exchanged");
+    // Braid on both ends: still braid after several rekeys (no flapping).
+    for _ in 0..(REKEY_AFTER_TIME.as_secs() * 3) {
+        traffic(&mut p, 1);
+        assert!(p.peer_info(B).speaks_braid, "braid across rekeys");
+    }
+    // A comes back as stock WireGuard: within two rekeys, or once the
+    // last braid session's keys are erased (3 × REJECT_AFTER_TIME).
+    p[A].device.set_extensions(false);
+    traffic(&mut p, (REJECT_AFTER_TIME * 3).as_secs() + 10);
+    assert!(
+        !p.peer_info(B).speaks_braid,
+        "a peer that stopped speaking braid is stock after its sessions went"
+    );
+}
+
 #[test]
 fn braid_peers_learn_a_new_path_and_the_old_one_goes_down() {
     let mut p = pair();

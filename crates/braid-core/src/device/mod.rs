@@ -407,7 +407,7 @@ impl Device {
             endpoint: p.endpoint(),
             paths: p.paths.clone(),
             mode: p.mode,
-            speaks_braid: p.speaks_braid,
+            speaks_braid: p.speaks_braid(),
             cipher: p.keypairs.current.as_ref().map(|k| k.send_cipher()),
             persistent_keepalive: p.persistent_keepalive,
             reorder: p.reorder.counters(),

@@ -35,7 +35,7 @@ impl Device {
             return 0;
         }
         let mut chosen = [0usize; MAX_PATHS];
-        let n = if p.speaks_braid {
+        let n = if p.speaks_braid() {
             path::select(p.mode, &mut p.paths, len, &mut chosen)
         } else {
             1
@@ -114,7 +114,7 @@ impl Device {
                 _ => 0,
             };
         p.hellos_left = p.hellos_left.saturating_sub(1);
-        let braid = p.speaks_braid;
+        let braid = p.speaks_braid();
         for i in 0..p.paths.len() {
             let p = self.peers[pid].as_mut().expect("checked above");
             let (line, remote) = (p.paths[i].line, p.paths[i].remote);
@@ -156,7 +156,7 @@ impl Device {
         let (mask, skew) = (p.live_path_mask(), p.path_skew());
         p.reorder.set_live_paths(mask);
         p.reorder.set_path_skew(skew);
-        if p.speaks_braid || p.hellos_left > 0 {
+        if p.speaks_braid() || p.hellos_left > 0 {
             p.timers.set(Timer::Probe, now + PROBE_INTERVAL);
         }
     }
@@ -200,8 +200,8 @@ impl Device {
             kp.set_peer_offers_aes(flags & ext::HELLO_OFFERS_AES != 0);
             p.lz4_session = (flags & ext::HELLO_OFFERS_LZ4 != 0).then_some(receiver);
         }
-        let first_news = !p.speaks_braid;
-        p.speaks_braid = true;
+        let first_news = !p.speaks_braid();
+        p.braid_session = Some(receiver);
         let at = p.authenticated_rx(now, line, src, datagram.len());
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);

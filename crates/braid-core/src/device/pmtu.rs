@@ -160,7 +160,7 @@ impl Device {
     pub fn path_mtu_target(&self, default: usize) -> usize {
         let mut target: Option<usize> = None;
         for p in self.peers.iter().flatten() {
-            let peer_mtu = if p.speaks_braid {
+            let peer_mtu = if p.speaks_braid() {
                 // With every path down, what they carried last still holds
                 // (no flapping back to the default while a line is cut).
                 let any_up = p.paths.iter().any(|path| path.is_up());
