@@ -1,7 +1,10 @@
 //! The checks against the targets of issue 4, computed from the outcomes
 //! (medians over runs where a case ran more than once).
 
-use super::plan::{runs_text, seed_key, Case, Measure, WINDOWS};
+use super::plan::{
+    runs_text, seed_key, unequal_key, unequal_label, Case, Measure, CONGESTION_CONTROLS, UNEQUAL,
+    WINDOWS,
+};
 use super::run::Outcome;
 use serde_json::Value;
 
@@ -251,7 +254,64 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
             key: Some(key),
         });
     }
+    unequal_checks(r, &mut out);
     out
+}
+
+/// Section 5: a bond of unequal lines must beat its best line alone, a
+/// very slow second line must not drag the fast one down, and 2 % loss on
+/// the second line must cost less than 10 % (issue 19's targets).
+fn unequal_checks(r: &Results, out: &mut Vec<Check>) {
+    for cc in CONGESTION_CONTROLS {
+        let best_key = unequal_key("best", cc);
+        let Some((c, _)) = r.get(&best_key) else {
+            continue;
+        };
+        let best = r.num(&best_key, "mbps");
+        for (variant, _, _) in UNEQUAL {
+            let key = unequal_key(variant, cc);
+            let Some((_, outcome)) = r.get(&key) else {
+                continue;
+            };
+            let m = r.num(&key, "mbps");
+            // (against, its value, target as a fraction of it, its words)
+            let (against, reference, target, words) = match variant {
+                "best" => (None, Ok(0.0), 0.0, ""),
+                "bond" => (Some("best"), best.clone(), 1.0, "≥ the fast line alone"),
+                "slow" => (
+                    Some("best"),
+                    best.clone(),
+                    0.9,
+                    "≥ 90 % of the fast line alone",
+                ),
+                _ => (
+                    Some("bond"),
+                    r.num(&unequal_key("bond", cc), "mbps"),
+                    0.9,
+                    "≥ 90 % of the same lines without loss",
+                ),
+            };
+            let ratio = match (&m, &reference) {
+                (Ok(m), Ok(x)) if *x > 0.0 => Some(m / x),
+                _ => None,
+            };
+            let split = path_split(&outcome.counters["a"]);
+            out.push(Check {
+                section: 5,
+                what: format!("{}, {cc} ({} s)", unequal_label(variant), c.seconds),
+                shown: match (against, ratio) {
+                    (Some(a), Some(x)) => {
+                        format!("{} Mbit/s = {:.0} % of {a}{split}", fmt_mbps(&m), x * 100.0)
+                    }
+                    _ => format!("{} Mbit/s{split}", fmt_mbps(&m)),
+                },
+                value: m.as_ref().ok().copied(),
+                target: against.map(|_| words.to_string()),
+                pass: against.map(|_| ratio.is_some_and(|x| x >= target)),
+                key: Some(key),
+            });
+        }
+    }
 }
 
 /// ", sent 61 % / 39 %": how A's packets went over the paths.

@@ -20,7 +20,12 @@
 //! 3. two lines, one cut for 3 s of a 10 s constant-rate UDP stream:
 //!    `redundant` loses nothing, `failover` is out for lost ÷ rate;
 //! 4. two lines capped at 100 Mbit/s (10 ms and 30 ms): `aggregate` one TCP
-//!    stream, `redundant` for comparison.
+//!    stream, `redundant` for comparison;
+//! 5. unequal lines (issue 19): a 100 Mbit/s 10 ms line alone, then bonded
+//!    in `aggregate` with a 25 Mbit/s 40 ms line, a 2 Mbit/s 300 ms line
+//!    and a 25 Mbit/s line with 2 % loss, one TCP stream with cubic and
+//!    with bbr: a bond must beat its best line and a bad line must not drag
+//!    it down.
 //!
 //! The lab (namespaces, relays, daemons, files) is removed on the way out,
 //! also after an error, a panic, Ctrl-C, SIGTERM or SIGHUP.
@@ -39,7 +44,7 @@ use std::time::Instant;
 
 const USAGE: &str = "\
 usage: braid bench lines [--quick] [--json] [--seconds N] [--long-seconds N]
-                         [--runs N] [--only seed,loss,cut,aggregate]
+                         [--runs N] [--only seed,loss,cut,aggregate,unequal]
 
 Dual-line benchmark (issue 4) between two network namespaces, lines made
 with `braid netem`, iperf3 single stream, every case on fresh relays and
@@ -52,7 +57,10 @@ tunnels. Prints a progress line per case on stderr, then the tables.
                      aggregate case (default 15, quick 5)
   --runs N           repeat each short TCP case of sections 1 and 2 N times,
                      interleaved, and show the median (default 3, quick 1)
-  --only LIST        run only these sections (seed, loss, cut, aggregate)
+  --only LIST        run only these sections (seed, loss, cut, aggregate,
+                     unequal: a fast and a slow, lossy or very slow line,
+                     aggregate against the fast line alone, cubic and bbr,
+                     10 s each, quick 4)
 
 Needs root, ip, iperf3 and ping. Exits with status 1 when a check fails.
 ";

@@ -10,7 +10,7 @@ pub(super) const LINES: [(&str, &str, &str, u16); 2] = [
     ("line2", "198.18.94.1", "198.18.94.2", 5002),
 ];
 pub(super) const B_PORT: u16 = 51820;
-pub(super) const SECTIONS: [&str; 4] = ["seed", "loss", "cut", "aggregate"];
+pub(super) const SECTIONS: [&str; 5] = ["seed", "loss", "cut", "aggregate", "unequal"];
 
 /// What the command line asked for.
 pub(super) struct Opts {
@@ -84,8 +84,12 @@ pub(super) struct Setup {
 
 #[derive(Clone)]
 pub(super) enum Measure {
-    /// One TCP stream, with `iperf3 -w` when given.
-    Tcp { window: Option<&'static str> },
+    /// One TCP stream, with `iperf3 -w` and `-C` (congestion control)
+    /// when given.
+    Tcp {
+        window: Option<&'static str>,
+        cc: Option<&'static str>,
+    },
     /// A constant-rate UDP stream; `cut` = (cut, restore) of line 1, in
     /// seconds after the client started.
     Udp {
@@ -143,7 +147,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                             hold,
                             lines: vec![flags(p.flags, 11)],
                         },
-                        measure: Measure::Tcp { window: Some(w) },
+                        measure: Measure::Tcp {
+                            window: Some(w),
+                            cc: None,
+                        },
                         seconds: if p.long { o.long } else { o.short },
                     });
                 }
@@ -185,7 +192,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     hold: None,
                     lines: vec![lossy(), lossy2()],
                 },
-                measure: Measure::Tcp { window: None },
+                measure: Measure::Tcp {
+                    window: None,
+                    cc: None,
+                },
                 seconds: o.short,
             });
             cases.push(Case {
@@ -200,7 +210,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     hold: None,
                     lines: vec![flags(&["--rate", "200mbit"], 11)],
                 },
-                measure: Measure::Tcp { window: None },
+                measure: Measure::Tcp {
+                    window: None,
+                    cc: None,
+                },
                 seconds: o.short,
             });
         }
@@ -250,12 +263,79 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                         flags(&["--rate", "100mbit", "--delay", "30ms"], 22),
                     ],
                 },
-                measure: Measure::Tcp { window: None },
+                measure: Measure::Tcp {
+                    window: None,
+                    cc: None,
+                },
                 seconds: o.long,
             });
         }
     }
+    if wants("unequal") {
+        for (variant, _, line2) in UNEQUAL {
+            for cc in CONGESTION_CONTROLS {
+                let mut lines = vec![flags(FAST_LINE, 11)];
+                if let Some(line2) = line2 {
+                    lines.push(flags(line2, 22));
+                }
+                cases.push(Case {
+                    key: unequal_key(variant, cc),
+                    run: 0,
+                    label: format!("5. {}, TCP {cc}", unequal_label(variant)),
+                    setup: Setup {
+                        mode: "aggregate",
+                        hold: None,
+                        lines,
+                    },
+                    measure: Measure::Tcp {
+                        window: None,
+                        cc: Some(cc),
+                    },
+                    seconds: if o.quick { 4 } else { 10 },
+                });
+            }
+        }
+    }
     cases
+}
+
+/// Section 5's fast line: 100 Mbit/s, 10 ms one way, a 100 ms queue.
+pub(super) const FAST_LINE: &[&str] = &["--rate", "100mbit", "--delay", "10ms", "--queue", "100ms"];
+
+/// Section 5's cases: (key, label, the second line's flags; none: the fast
+/// line alone, the reference every bond is judged against).
+pub(super) const UNEQUAL: [(&str, &str, Option<&[&str]>); 4] = [
+    ("best", "the fast line alone (100 Mbit/s, 10 ms)", None),
+    (
+        "bond",
+        "100 Mbit/s 10 ms + 25 Mbit/s 40 ms",
+        Some(&["--rate", "25mbit", "--delay", "40ms", "--queue", "100ms"]),
+    ),
+    (
+        "slow",
+        "100 Mbit/s 10 ms + 2 Mbit/s 300 ms",
+        Some(&["--rate", "2mbit", "--delay", "300ms", "--queue", "100ms"]),
+    ),
+    (
+        "lossy",
+        "100 Mbit/s 10 ms + 25 Mbit/s 40 ms with 2 % loss",
+        Some(&[
+            "--rate", "25mbit", "--delay", "40ms", "--queue", "100ms", "--loss", "2%",
+        ]),
+    ),
+];
+
+/// The inner TCP's congestion control: cubic (what most users' machines
+/// run) and bbr (this machine's default, which shrugs off loss and
+/// reordering).
+pub(super) const CONGESTION_CONTROLS: [&str; 2] = ["cubic", "bbr"];
+
+pub(super) fn unequal_key(variant: &str, cc: &str) -> String {
+    format!("unequal/{variant}/{cc}")
+}
+
+pub(super) fn unequal_label(variant: &str) -> &'static str {
+    UNEQUAL.iter().find(|u| u.0 == variant).map_or("?", |u| u.1)
 }
 
 /// "3 × 5 s (median)" or "15 s".

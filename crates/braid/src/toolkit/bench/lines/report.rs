@@ -121,6 +121,10 @@ pub(super) fn print_text(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
             4,
             "4. Two lines capped at 100 Mbit/s each way (--rate 100mbit, queue 50 ms), 10 ms and 30 ms",
         ),
+        (
+            5,
+            "5. Unequal lines, Mode = aggregate, one TCP stream with cubic and with bbr (rate caps with 100 ms queues)",
+        ),
     ];
     for (section, title) in titles {
         let rows: Vec<&Check> = checks.iter().filter(|c| c.section == section).collect();
@@ -223,7 +227,9 @@ pub(super) fn print_json(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
         .zip(r.outcomes)
         .map(|(c, out)| {
             let measure = match &c.measure {
-                Measure::Tcp { window } => json!({"kind": "tcp", "window": window}),
+                Measure::Tcp { window, cc } => {
+                    json!({"kind": "tcp", "window": window, "congestion_control": cc})
+                }
                 Measure::Udp { rate, len, cut } => json!({
                     "kind": "udp", "rate": rate, "length": len,
                     "cut_at_s": cut.map(|x| x.0), "restore_at_s": cut.map(|x| x.1),

@@ -288,10 +288,13 @@ impl Bench {
         };
         let t = case.seconds.to_string();
         let result = match &case.measure {
-            Measure::Tcp { window } => {
+            Measure::Tcp { window, cc } => {
                 let mut args = vec!["-t".to_string(), t];
                 if let Some(w) = window {
                     args.extend(["-w".to_string(), w.to_string()]);
+                }
+                if let Some(cc) = cc {
+                    args.extend(["-C".to_string(), cc.to_string()]);
                 }
                 self.iperf(&args, case.seconds, &[], &netems)
                     .and_then(|v| tcp_summary(&v))
