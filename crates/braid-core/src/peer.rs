@@ -44,6 +44,9 @@ pub struct PeerCounters {
     pub ext_rejected: u64,
     /// Packets to this peer dropped for exceeding its `RateLimit`.
     pub rate_dropped_tx: u64,
+    /// Packets longer than this peer's path MTU, answered with ICMP "too
+    /// big" instead of sent.
+    pub too_big: u64,
     /// Packets from this peer dropped for exceeding its `RateLimit`.
     pub rate_dropped_rx: u64,
     /// Packets sent LZ4-compressed (the rest did not shrink or weren't
@@ -99,6 +102,10 @@ pub struct Peer {
     pub staged: VecDeque<Vec<u8>>,
     spare_buffers: Vec<Vec<u8>>,
     pub counters: PeerCounters,
+    /// The largest inner packet this peer's paths carry, where that is
+    /// known and below the interface MTU (see
+    /// [`Device::refresh_path_mtus`](crate::device::Device::refresh_path_mtus)).
+    pub mtu_limit: Option<usize>,
 }
 
 impl Peer {
@@ -170,6 +177,7 @@ impl Peer {
             staged: VecDeque::new(),
             spare_buffers: Vec::new(),
             counters: PeerCounters::default(),
+            mtu_limit: None,
         }
     }
 

@@ -110,3 +110,85 @@ fn probes_find_the_line_and_a_black_hole_is_recovered() {
     net.run_for(braid_core::pmtud::RAISE_INTERVAL + Duration::from_secs(3));
     assert_eq!(a_path(&net).pmtu.plpmtu(), 1440);
 }
+
+/// A with two peers: B over a line of the usual 1500 bytes, C over one
+/// that drops datagrams above 1400. The interface takes the largest path
+/// MTU (B's); C's narrower path only limits packets to C, which A answers
+/// with ICMP "fragmentation needed" instead of sending them.
+#[test]
+fn a_peer_with_a_narrow_path_lowers_only_its_own_packets() {
+    use braid_core::batch::PacketBatch;
+    use braid_core::testing::C;
+    let mut net = Net::new();
+    for _ in 0..3 {
+        net.add_node();
+    }
+    net[A].sockets = vec![
+        Socket {
+            line: 1,
+            addr: "198.18.1.1:40001".parse().unwrap(),
+        },
+        Socket {
+            line: 2,
+            addr: "198.18.2.1:40002".parse().unwrap(),
+        },
+    ];
+    let (pb, _) = net.peers(A, B);
+    let (pc, _) = net.peers(A, C);
+    let (b_addr, c_addr) = (net.addr(B), net.addr(C));
+    net[A].device.add_path(pb, "to-b", 1, b_addr);
+    net[A].device.add_path(pc, "to-c", 2, c_addr);
+    let now = net.now;
+    net[A].device.set_persistent_keepalive(now, pb, 25);
+    net[A].device.set_persistent_keepalive(now, pc, 25);
+    let line = |mtu| LinkParams {
+        mtu,
+        delay: Duration::from_millis(5),
+        ..LinkParams::default()
+    };
+    net.connect_alike((A, 1), (B, 0), line(None));
+    net.connect_alike((A, 2), (C, 0), line(Some(1400)));
+    net.flush(A);
+    let settled = |net: &Net| {
+        let d = &net[A].device;
+        [pb, pc].iter().all(|&pid| {
+            d.peer(pid)
+                .is_some_and(|p| p.paths[0].pmtu.state() == PmtuState::SearchComplete)
+        })
+    };
+    for _ in 0..600 {
+        if settled(&net) {
+            break;
+        }
+        net.run_for(Duration::from_millis(50));
+    }
+    assert!(settled(&net), "both searches complete");
+    // The smallest (what the interface MTU was before) and the largest.
+    assert_eq!(net[A].device.path_mtu_target(1420), 1368);
+    assert_eq!(net[A].device.refresh_path_mtus(1420), 1440);
+    assert_eq!(net[A].device.peer(pc).unwrap().mtu_limit, Some(1368));
+    assert_eq!(net[A].device.peer(pb).unwrap().mtu_limit, None);
+    net[A].device.set_mtu(1440);
+    net[A].device.set_padding_cap(1440);
+
+    // 1420 bytes with DF to C: answered with the limit, not sent.
+    let mut to_c = ipv4(net.tun(A), net.tun(C), 17, &[0; 1400]);
+    to_c[6] |= 0x40;
+    assert!(net.encapsulate(A, &to_c).is_empty(), "not sent to C");
+    assert!(net[A].device.has_too_big());
+    let mut answers = PacketBatch::new(4, 2048);
+    assert_eq!(net[A].device.take_too_big(&mut answers), 1);
+    let icmp = answers.packet(0);
+    assert_eq!((icmp[20], icmp[21]), (3, 4), "fragmentation needed");
+    assert_eq!(u16::from_be_bytes([icmp[26], icmp[27]]), 1368, "C's limit");
+    assert_eq!(&icmp[16..20], &net.tun(A), "back to the sender");
+    assert_eq!(net[A].device.peer(pc).unwrap().counters.too_big, 1);
+    // The same packet to B goes out, whole.
+    let mut to_b = ipv4(net.tun(A), net.tun(B), 17, &[0; 1400]);
+    to_b[6] |= 0x40;
+    assert_eq!(net.encapsulate(A, &to_b).len(), 1, "sent to B");
+    // Without DF no answer is due: it goes to C as it is (the outer
+    // datagram is fragmented on the way, as WireGuard's are).
+    let plain = ipv4(net.tun(A), net.tun(C), 17, &[0; 1400]);
+    assert_eq!(net.encapsulate(A, &plain).len(), 1);
+}

@@ -134,6 +134,8 @@ impl Device {
             control: VecDeque::new(),
             pmtu_probes: VecDeque::new(),
             padding_cap: usize::MAX,
+            too_big: Vec::new(),
+            too_big_len: 0,
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
             handshake_window: (now, 0),

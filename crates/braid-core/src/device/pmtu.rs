@@ -16,6 +16,16 @@ use std::time::Instant;
 /// time, so this only overflows with hundreds of peers).
 const MAX_QUEUED_PROBES: usize = 256;
 
+/// ICMP "too big" answers waiting for the driver at most; more are dropped
+/// (a sender needs one to adapt).
+pub const MAX_QUEUED_TOO_BIG: usize = 64;
+/// The longest answer: an ICMPv6 "packet too big" is at most 1280 bytes.
+const TOO_BIG_ANSWER_MAX: usize = 1280;
+const UNSPECIFIED_ADDR: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::UNSPECIFIED,
+    0,
+));
+
 /// A path as the I/O layer needs it to look up its line's MTU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathRoute {
@@ -152,32 +162,112 @@ impl Device {
         self.mtu.min(self.padding_cap)
     }
 
-    /// The tunnel MTU every peer can take now: for a braid peer the smallest
+    /// The tunnel MTU of one peer now: for a braid peer the smallest
     /// discovered size over its live paths (over all of them when none is
-    /// live), for a stock WireGuard peer with
-    /// a session `default` (nothing is discovered there). `default` when
-    /// no peer says anything.
-    pub fn path_mtu_target(&self, default: usize) -> usize {
-        let mut target: Option<usize> = None;
-        for p in self.peers.iter().flatten() {
-            let peer_mtu = if p.speaks_braid() {
-                // With every path down, what they carried last still holds
-                // (no flapping back to the default while a line is cut).
-                let any_up = p.paths.iter().any(|path| path.is_up());
-                p.paths
-                    .iter()
-                    .filter(|path| path.is_up() || !any_up)
-                    .map(|path| path.pmtu.plpmtu())
-                    .min()
-            } else if p.keypairs.current.is_some() {
-                Some(default)
-            } else {
-                None
-            };
-            if let Some(m) = peer_mtu {
-                target = Some(target.map_or(m, |t| t.min(m)));
-            }
+    /// live), for a stock WireGuard peer with a session `default` (nothing
+    /// is discovered there); `None` when the peer says nothing yet.
+    fn peer_path_mtu(p: &crate::peer::Peer, default: usize) -> Option<usize> {
+        if p.speaks_braid() {
+            // With every path down, what they carried last still holds
+            // (no flapping back to the default while a line is cut).
+            let any_up = p.paths.iter().any(|path| path.is_up());
+            p.paths
+                .iter()
+                .filter(|path| path.is_up() || !any_up)
+                .map(|path| path.pmtu.plpmtu())
+                .min()
+        } else if p.keypairs.current.is_some() {
+            Some(default)
+        } else {
+            None
         }
-        target.unwrap_or(default)
+    }
+
+    /// The tunnel MTU every peer can take now: the smallest of the peers'
+    /// (see [`refresh_path_mtus`](Self::refresh_path_mtus) for the
+    /// interface MTU braid uses); `default` when no peer says anything.
+    pub fn path_mtu_target(&self, default: usize) -> usize {
+        self.peers
+            .iter()
+            .flatten()
+            .filter_map(|p| Self::peer_path_mtu(p, default))
+            .min()
+            .unwrap_or(default)
+    }
+
+    /// The interface MTU: the largest any peer's paths carry now (`default`
+    /// when no peer says anything). Each peer whose paths carry less gets
+    /// that as its limit: a longer packet to it is answered with ICMP "too
+    /// big" (see [`take_too_big`](Self::take_too_big)) and not sent, as a
+    /// router does for a route with a smaller MTU. So one peer with a poor
+    /// path, or one that ignores path MTU probes, lowers only its own
+    /// packets, not the interface for every peer.
+    pub fn refresh_path_mtus(&mut self, default: usize) -> usize {
+        let interface = self
+            .peers
+            .iter()
+            .flatten()
+            .filter_map(|p| Self::peer_path_mtu(p, default))
+            .max()
+            .unwrap_or(default);
+        for p in self.peers.iter_mut().flatten() {
+            p.mtu_limit = Self::peer_path_mtu(p, default).filter(|&m| m < interface);
+        }
+        interface
+    }
+
+    /// Queues the ICMP "too big" answer to `packet` (for a peer whose paths
+    /// carry at most `limit`), for [`take_too_big`](Self::take_too_big).
+    /// False when no answer is due (an IPv4 packet that may be fragmented,
+    /// an ICMP error, …): then the packet goes out as it is, and the outer
+    /// datagram is fragmented on the way, as WireGuard's are. At most
+    /// [`MAX_QUEUED_TOO_BIG`] answers wait; beyond that the packet is
+    /// dropped and counted (its sender retries and gets an answer then).
+    pub(super) fn queue_too_big(&mut self, packet: &[u8], limit: usize) -> bool {
+        if self.too_big.len() == self.too_big_len {
+            if self.too_big_len == MAX_QUEUED_TOO_BIG {
+                let mut probe = [0u8; TOO_BIG_ANSWER_MAX];
+                let due = crate::icmp::packet_too_big(packet, limit, &mut probe).is_some();
+                if due {
+                    self.counters.too_big_queue_full =
+                        self.counters.too_big_queue_full.saturating_add(1);
+                }
+                return due;
+            }
+            self.too_big.push(vec![0; TOO_BIG_ANSWER_MAX]);
+        }
+        let buf = &mut self.too_big[self.too_big_len];
+        buf.resize(TOO_BIG_ANSWER_MAX, 0);
+        match crate::icmp::packet_too_big(packet, limit, buf) {
+            Some(n) => {
+                buf.truncate(n);
+                self.too_big_len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether ICMP "too big" answers wait for the TUN.
+    pub fn has_too_big(&self) -> bool {
+        self.too_big_len > 0
+    }
+
+    /// Moves the waiting ICMP "too big" answers into `out` (for the TUN, at
+    /// `HEADROOM`), as many as fit; returns how many.
+    pub fn take_too_big(&mut self, out: &mut PacketBatch) -> usize {
+        let mut n = 0;
+        while n < self.too_big_len && !out.is_full() {
+            let answer = &self.too_big[n];
+            out.push_with(crate::batch::HEADROOM, UNSPECIFIED_ADDR, |slot| {
+                slot[..answer.len()].copy_from_slice(answer);
+                answer.len()
+            });
+            n += 1;
+        }
+        // The ones that did not fit move to the front, in order.
+        self.too_big[..self.too_big_len].rotate_left(n);
+        self.too_big_len -= n;
+        n
     }
 }

@@ -67,7 +67,18 @@ impl Device {
                 batch.consume(i);
                 continue;
             };
-            let mtu = self.padding_mtu();
+            let limit = self.peers[pid].as_ref().and_then(|p| p.mtu_limit);
+            // Longer than this peer's paths carry (the interface MTU is the
+            // largest any peer's carry): answered with ICMP, not sent.
+            if let Some(l) = limit.filter(|&l| len > l) {
+                if self.queue_too_big(packet, l) {
+                    let p = self.peers[pid].as_mut().expect("routed peer exists");
+                    p.counters.too_big = p.counters.too_big.saturating_add(1);
+                    batch.consume(i);
+                    continue;
+                }
+            }
+            let mtu = self.padding_mtu().min(limit.unwrap_or(usize::MAX));
             let lz4 = self.offers_lz4(pid);
             let p = self.peers[pid].as_mut().expect("routed peer exists");
             match p.rate_limit.as_mut().map(|r| r.outbound.offer(now, packet)) {

@@ -43,6 +43,8 @@ pub struct DeviceCounters {
     pub no_route: u64,
     /// Control messages dropped because the output queue was full.
     pub control_queue_full: u64,
+    /// ICMP "too big" answers dropped because too many were waiting.
+    pub too_big_queue_full: u64,
     /// Packets a reorder window could not take (its ready queue was full).
     pub reorder_overflow: u64,
 }
@@ -92,6 +94,10 @@ pub struct Device {
     pub(super) pmtu_probes: VecDeque<QueuedProbe>,
     /// Padding never grows a packet beyond what the paths carry.
     pub(super) padding_cap: usize,
+    /// ICMP "too big" answers for the TUN: the first `too_big_len` are
+    /// waiting, the rest are buffers kept for reuse.
+    pub(super) too_big: Vec<Vec<u8>>,
+    pub(super) too_big_len: usize,
     /// Peers with staged packets that may now be sendable.
     pub(super) pending_flush: Vec<PeerId>,
     /// Peers whose reorder window has packets ready for the TUN.

@@ -259,6 +259,7 @@ pub fn snapshot(
         ("handshake_rate_limited".into(), c.handshake_rate_limited),
         ("handshake_over_budget".into(), c.handshake_over_budget),
         ("control_queue_full".into(), c.control_queue_full),
+        ("too_big_queue_full".into(), c.too_big_queue_full),
         ("unknown_index".into(), c.unknown_index),
         ("no_route".into(), c.no_route),
     ];
@@ -316,6 +317,7 @@ pub fn snapshot(
             p.extra.extend([
                 ("rate_limit_bits".to_string(), rate),
                 ("rate_dropped_tx".to_string(), k.rate_dropped_tx),
+                ("too_big".to_string(), k.too_big),
                 ("rate_dropped_rx".to_string(), k.rate_dropped_rx),
             ]);
         }

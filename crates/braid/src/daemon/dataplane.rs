@@ -330,13 +330,22 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
     shared.clamp_mss(batch);
     shared.path_mtu.answer_oversize(&shared.tun, batch)?;
     let now = Instant::now();
-    let (pending, deadline) = {
+    let (pending, deadline, too_big) = {
         let mut device = shared.device();
         device.prepare_encapsulate(now, batch, jobs);
-        (device.has_pending_transmit(), device.poll_timeout())
+        (
+            device.has_pending_transmit(),
+            device.poll_timeout(),
+            device.has_too_big(),
+        )
     };
     helpers.seal(jobs, batch);
     shared.lines().send(batch)?;
+    if too_big {
+        shared
+            .path_mtu
+            .write_peer_answers(&shared.tun, |out| shared.device().take_too_big(out))?;
+    }
     if pending {
         transmit_pending(shared, now, control)?;
     }

@@ -83,13 +83,46 @@ impl PathMtu {
         (a.sent, a.suppressed)
     }
 
-    /// Under the device lock: the tunnel MTU the live paths carry now
-    /// (the default MTU while no path says anything), capped to what braid
-    /// carries; the device pads no packet beyond it.
+    /// Under the device lock: the interface MTU, the largest any peer's
+    /// live paths carry now (the default MTU while no path says anything),
+    /// capped to what braid carries; the device pads no packet beyond it,
+    /// and answers longer packets to a peer whose paths carry less itself
+    /// (see [`PathMtu::write_peer_answers`]).
     pub fn target(&self, device: &mut Device) -> u32 {
-        let target = device.path_mtu_target(self.default as usize);
+        let target = device.refresh_path_mtus(self.default as usize);
         device.set_padding_cap(target);
         capped_mtu(target)
+    }
+
+    /// Writes the device's ICMP "too big" answers (packets too long for
+    /// their peer's paths) to the TUN, within the same rate limit as
+    /// [`answer_oversize`](Self::answer_oversize); `take` moves them out of
+    /// the device (under its lock) into the batch it is given.
+    pub fn write_peer_answers(
+        &self,
+        tun: &Tun,
+        take: impl FnOnce(&mut PacketBatch) -> usize,
+    ) -> std::io::Result<()> {
+        let mut a = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        let a = &mut *a;
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(a.refilled).as_secs_f64();
+        a.tokens = (a.tokens + elapsed * ANSWERS_PER_SECOND).min(ANSWER_BURST);
+        a.refilled = now;
+        a.batch.clear();
+        let taken = take(&mut a.batch);
+        // Within the budget, the first ones go; the rest are suppressed.
+        let allowed = (a.tokens.max(0.0) as usize).min(taken);
+        a.tokens -= allowed as f64;
+        a.sent = a.sent.saturating_add(allowed as u64);
+        a.suppressed = a.suppressed.saturating_add((taken - allowed) as u64);
+        for i in allowed..taken {
+            a.batch.consume(i);
+        }
+        if allowed > 0 {
+            tun.write_batch(&a.batch)?;
+        }
+        Ok(())
     }
 
     /// Outside the device lock: makes `target` the too-big limit and, when
