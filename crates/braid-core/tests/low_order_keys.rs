@@ -4,12 +4,10 @@
 //! complete a handshake as that peer. Linux WireGuard and wireguard-go
 //! refuse them; so does braid.
 
-use braid_core::batch::PacketBatch;
 use braid_core::cookie::CookieState;
-use braid_core::device::Device;
 use braid_core::messages::INITIATION_LEN;
 use braid_core::noise::{self, LocalStatic, RemoteStatic};
-use braid_core::testing::{clock, device};
+use braid_core::testing::{clock, device, receive, transmit};
 use std::net::SocketAddr;
 use std::time::Instant;
 use x25519_dalek::StaticSecret;
@@ -32,28 +30,6 @@ fn key(hex: &str) -> [u8; 32] {
         *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
     }
     k
-}
-
-fn receive(d: &mut Device, now: Instant, src: SocketAddr, bytes: &[u8]) {
-    let mut batch = PacketBatch::new(1, 2048);
-    batch.push_with(0, src, |b| {
-        b[..bytes.len()].copy_from_slice(bytes);
-        bytes.len()
-    });
-    d.decapsulate(now, &mut batch);
-}
-
-fn transmitted(d: &mut Device, now: Instant) -> usize {
-    let mut out = PacketBatch::new(64, 2048);
-    let mut n = 0;
-    loop {
-        out.clear();
-        let more = d.poll_transmit(now, &mut out);
-        n += out.len();
-        if !more {
-            return n;
-        }
-    }
 }
 
 #[test]
@@ -102,8 +78,8 @@ fn a_forged_initiation_from_the_zero_key_gets_no_response() {
     b.add_peer([0; 32])
         .expect("the core takes it; the config refuses it");
     let src: SocketAddr = "198.18.7.1:40000".parse().unwrap();
-    receive(&mut b, now, src, &forged_initiation(b_public, now));
-    assert_eq!(transmitted(&mut b, now), 0, "no handshake response");
+    receive(&mut b, now, &[(src, &forged_initiation(b_public, now))]);
+    assert_eq!(transmit(&mut b, now).len(), 0, "no handshake response");
     assert_eq!(b.counters.handshake_rejected, 1);
     let pid = b.find_peer(&[0; 32]).unwrap();
     assert_eq!(b.peer(pid).unwrap().counters.handshake_responses_sent, 0);
@@ -119,7 +95,7 @@ fn initiations_to(public: [u8; 32]) -> usize {
     assert!(a.add_path(pid, "l", 0, "198.18.7.2:51820".parse().unwrap()));
     a.set_persistent_keepalive(now, pid, 1);
     a.handle_timeout(later);
-    transmitted(&mut a, later)
+    transmit(&mut a, later).len()
 }
 
 #[test]

@@ -4,15 +4,14 @@
 use braid_core::batch::PacketBatch;
 use braid_core::consts::*;
 use braid_core::cookie::CookieState;
-use braid_core::device::Device;
 use braid_core::messages::INITIATION_LEN;
 use braid_core::noise::{self, LocalStatic, RemoteStatic};
 use braid_core::path::MAX_PATHS;
 use braid_core::peer::Peer;
 use braid_core::reorder::{ReorderConfig, ReorderWindow};
-use braid_core::testing::{clock, device};
+use braid_core::testing::{clock, device, receive, transmit};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use x25519_dalek::StaticSecret;
 
 const TENFOLD: usize = 10;
@@ -37,30 +36,6 @@ fn initiation(from: &LocalStatic, to: [u8; 32], seconds: u64, index: u32) -> [u8
     .expect("the responder's key is not of low order");
     CookieState::new(&to).add_macs(clock::epoch(), &mut msg);
     msg
-}
-
-fn receive(d: &mut Device, now: Instant, datagrams: &[(SocketAddr, &[u8])]) {
-    let mut batch = PacketBatch::new(datagrams.len(), 2048);
-    for (src, bytes) in datagrams {
-        batch.push_with(0, *src, |b| {
-            b[..bytes.len()].copy_from_slice(bytes);
-            bytes.len()
-        });
-    }
-    d.decapsulate(now, &mut batch);
-}
-
-fn drain_transmit(d: &mut Device, now: Instant) -> usize {
-    let mut out = PacketBatch::new(64, 2048);
-    let mut n = 0;
-    loop {
-        out.clear();
-        let more = d.poll_transmit(now, &mut out);
-        n += out.len();
-        if !more {
-            return n;
-        }
-    }
 }
 
 #[test]
@@ -152,7 +127,7 @@ fn staged_packets_of_a_device_without_answer_stay_bounded() {
             });
         }
         a.encapsulate(now, &mut batch);
-        drain_transmit(&mut a, now);
+        transmit(&mut a, now).len();
     }
     let peer = a.peer(pid).unwrap();
     assert_eq!(peer.staged.len(), MAX_STAGED_PACKETS);
@@ -187,7 +162,7 @@ fn receiver_indices_stay_within_four_per_peer() {
     while now < t0 + REKEY_ATTEMPT_TIME * 2 {
         now += Duration::from_millis(500);
         a.handle_timeout(now);
-        drain_transmit(&mut a, now);
+        transmit(&mut a, now).len();
         assert!(a.index_count() <= 1);
     }
     assert!(a.peer(pid).unwrap().counters.handshakes_initiated > 10);
@@ -211,7 +186,7 @@ fn queued_control_messages_stop_at_the_limit() {
     }
     assert!(b.counters.cookie_replies_sent > 0, "under load");
     assert!(b.counters.control_queue_full > 0);
-    assert_eq!(drain_transmit(&mut b, now), MAX_QUEUED_CONTROL);
+    assert_eq!(transmit(&mut b, now).len(), MAX_QUEUED_CONTROL);
 }
 
 #[test]

@@ -2,43 +2,14 @@
 //! with a valid mac1: someone who does not know our public key cannot make
 //! real peers go through cookie round trips by flooding garbage.
 
-use braid_core::batch::PacketBatch;
 use braid_core::consts::UNDER_LOAD_HANDSHAKES_PER_SECOND;
 use braid_core::cookie::CookieState;
-use braid_core::device::Device;
 use braid_core::messages::{INITIATION_LEN, TYPE_COOKIE_REPLY, TYPE_RESPONSE};
 use braid_core::noise::{self, LocalStatic, RemoteStatic};
-use braid_core::testing::{clock, device};
+use braid_core::testing::{clock, device, receive, transmit};
 use std::net::SocketAddr;
 use std::time::Instant;
 use x25519_dalek::StaticSecret;
-
-fn receive(d: &mut Device, now: Instant, src: SocketAddr, msgs: &[[u8; INITIATION_LEN]]) {
-    for chunk in msgs.chunks(64) {
-        let mut batch = PacketBatch::new(chunk.len(), 2048);
-        for m in chunk {
-            batch.push_with(0, src, |b| {
-                b[..m.len()].copy_from_slice(m);
-                m.len()
-            });
-        }
-        d.decapsulate(now, &mut batch);
-    }
-}
-
-/// The message types `d` sends now.
-fn sent_types(d: &mut Device, now: Instant) -> Vec<u8> {
-    let mut out = PacketBatch::new(64, 2048);
-    let mut types = Vec::new();
-    loop {
-        out.clear();
-        let more = d.poll_transmit(now, &mut out);
-        types.extend((0..out.len()).map(|i| out.packet(i)[0]));
-        if !more {
-            return types;
-        }
-    }
-}
 
 /// An initiation from `from` to `to` with mac1 (no cookie, so no mac2).
 fn initiation(from: &LocalStatic, to: [u8; 32], now: Instant) -> [u8; INITIATION_LEN] {
@@ -57,6 +28,11 @@ fn initiation(from: &LocalStatic, to: [u8; 32], now: Instant) -> [u8; INITIATION
     msg
 }
 
+/// The message type of each datagram.
+fn types(sent: &[Vec<u8>]) -> Vec<u8> {
+    sent.iter().map(|d| d[0]).collect()
+}
+
 #[test]
 fn a_flood_without_mac1_does_not_put_the_device_under_load() {
     let now = clock::epoch();
@@ -73,13 +49,14 @@ fn a_flood_without_mac1_does_not_put_the_device_under_load() {
     let mac1 = INITIATION_LEN - 32;
     garbage[mac1] ^= 1;
     let flood = vec![garbage; 4 * UNDER_LOAD_HANDSHAKES_PER_SECOND as usize];
-    receive(&mut b, now, flood_src, &flood);
+    let flood: Vec<(SocketAddr, &[u8])> = flood.iter().map(|m| (flood_src, &m[..])).collect();
+    receive(&mut b, now, &flood);
     assert_eq!(b.counters.invalid_mac, flood.len() as u64);
-    assert_eq!(sent_types(&mut b, now), Vec::<u8>::new());
+    assert_eq!(types(&transmit(&mut b, now)), Vec::<u8>::new());
 
     // The real peer's initiation (mac1, no cookie) is answered at once.
-    receive(&mut b, now, peer_src, &[initiation(&a, b_public, now)]);
-    assert_eq!(sent_types(&mut b, now), vec![TYPE_RESPONSE]);
+    receive(&mut b, now, &[(peer_src, &initiation(&a, b_public, now))]);
+    assert_eq!(types(&transmit(&mut b, now)), vec![TYPE_RESPONSE]);
     assert_eq!(b.counters.cookie_replies_sent, 0);
 }
 
@@ -94,7 +71,8 @@ fn a_flood_with_valid_mac1_still_brings_cookies() {
     let stranger = LocalStatic::new([0x55; 32]);
     let flood =
         vec![initiation(&stranger, b_public, now); 2 * UNDER_LOAD_HANDSHAKES_PER_SECOND as usize];
-    receive(&mut b, now, src, &flood);
-    let types = sent_types(&mut b, now);
+    let flood: Vec<(SocketAddr, &[u8])> = flood.iter().map(|m| (src, &m[..])).collect();
+    receive(&mut b, now, &flood);
+    let types = types(&transmit(&mut b, now));
     assert!(types.contains(&TYPE_COOKIE_REPLY), "{types:?}");
 }

@@ -2,7 +2,10 @@
 //! IPv4 packets.
 
 use super::clock;
+use crate::batch::PacketBatch;
 use crate::device::Device;
+use std::net::SocketAddr;
+use std::time::Instant;
 
 /// A node's index in its [`Net`](super::Net).
 pub type NodeId = usize;
@@ -32,4 +35,34 @@ pub fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, payload: &[u8]) -> Vec<u8> {
     p[16..20].copy_from_slice(&dst);
     p.extend_from_slice(payload);
     p
+}
+
+/// Hands `datagrams` (source, bytes) to `device` as received, in batches
+/// of up to 64 on line 0, as a UDP socket's read loop would.
+pub fn receive(device: &mut Device, now: Instant, datagrams: &[(SocketAddr, &[u8])]) {
+    for chunk in datagrams.chunks(64) {
+        let mut batch = PacketBatch::new(chunk.len(), 2048);
+        for (src, bytes) in chunk {
+            batch.push_with(0, *src, |b| {
+                b[..bytes.len()].copy_from_slice(bytes);
+                bytes.len()
+            });
+        }
+        device.decapsulate(now, &mut batch);
+    }
+}
+
+/// Everything `device` wants to send now (handshakes, cookies, keepalives,
+/// probes…), taken out of it.
+pub fn transmit(device: &mut Device, now: Instant) -> Vec<Vec<u8>> {
+    let mut out = PacketBatch::new(64, 2048);
+    let mut sent = Vec::new();
+    loop {
+        out.clear();
+        let more = device.poll_transmit(now, &mut out);
+        sent.extend((0..out.len()).map(|i| out.packet(i).to_vec()));
+        if !more {
+            return sent;
+        }
+    }
 }

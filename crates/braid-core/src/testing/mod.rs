@@ -39,5 +39,5 @@ mod fixtures;
 mod net;
 
 pub use capture::{Arrival, Datagram, Refusals};
-pub use fixtures::{device, ipv4, NodeId, A, B, C};
+pub use fixtures::{device, ipv4, receive, transmit, NodeId, A, B, C};
 pub use net::{Filter, InFlight, Line, Net, Node, Socket, STRIDE};

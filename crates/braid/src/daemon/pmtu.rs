@@ -58,6 +58,17 @@ struct Answers {
     suppressed: u64,
 }
 
+impl Answers {
+    /// Tops the budget up for the time since the last answer and empties
+    /// the batch for new ones.
+    fn start(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * ANSWERS_PER_SECOND).min(ANSWER_BURST);
+        self.refilled = now;
+        self.batch.clear();
+    }
+}
+
 impl PathMtu {
     /// `configured`: the config's `MTU =`, if any; `mtu` what the TUN has.
     pub fn new(configured: Option<u32>, mtu: u32, batch: usize) -> PathMtu {
@@ -105,11 +116,7 @@ impl PathMtu {
     ) -> std::io::Result<()> {
         let mut a = self.answers.lock().unwrap_or_else(|e| e.into_inner());
         let a = &mut *a;
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(a.refilled).as_secs_f64();
-        a.tokens = (a.tokens + elapsed * ANSWERS_PER_SECOND).min(ANSWER_BURST);
-        a.refilled = now;
-        a.batch.clear();
+        a.start(Instant::now());
         let taken = take(&mut a.batch);
         // Within the budget, the first ones go; the rest are suppressed.
         let allowed = (a.tokens.max(0.0) as usize).min(taken);
@@ -166,11 +173,7 @@ impl PathMtu {
         }
         let mut a = self.answers.lock().unwrap_or_else(|e| e.into_inner());
         let a = &mut *a;
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(a.refilled).as_secs_f64();
-        a.tokens = (a.tokens + elapsed * ANSWERS_PER_SECOND).min(ANSWER_BURST);
-        a.refilled = now;
-        a.batch.clear();
+        a.start(Instant::now());
         for i in 0..batch.len() {
             let packet = batch.packet(i);
             if packet.len() <= limit {

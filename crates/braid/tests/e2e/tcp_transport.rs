@@ -54,30 +54,7 @@ fn tcp_transport_through_an_underlay_that_drops_udp() {
     let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
     let (ka, kb) = (wg_keys(), wg_keys());
     let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(PORT_B),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            braid_lines: vec!["Transport = tcp".into()],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        address: vec![format!("{ta}/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("198.18.{x}.2:{PORT_B}")),
-            braid_lines: vec!["Transport = tcp".into()],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let (conf_a, conf_b) = tcp_confs(x, &ka, &kb, None);
     let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     side_b.assert_up();
     let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
@@ -218,32 +195,8 @@ fn tcp_peer_reconnects_through_a_connect_flood() {
         &format!("198.18.{y}.2/24"),
     )
     .or_panic();
-    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-    let conf_b = IfaceConf {
-        private_key: kb.private.clone(),
-        listen_port: Some(PORT_B),
-        address: vec![format!("{tb}/24")],
-        peers: vec![PeerConf {
-            public_key: ka.public.clone(),
-            allowed_ips: vec![format!("{ta}/32")],
-            braid_lines: vec!["Transport = tcp".into()],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let conf_a = IfaceConf {
-        private_key: ka.private.clone(),
-        address: vec![format!("{ta}/24")],
-        peers: vec![PeerConf {
-            public_key: kb.public.clone(),
-            allowed_ips: vec![format!("{tb}/32")],
-            endpoint: Some(format!("198.18.{x}.2:{PORT_B}")),
-            braid_lines: vec!["Transport = tcp".into()],
-            keepalive: Some(1),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let tb = format!("198.19.{x}.2");
+    let (conf_a, conf_b) = tcp_confs(x, &ka, &kb, Some(1));
     let mut side_b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     side_b.assert_up();
     let mut side_a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Daemon);
@@ -331,6 +284,38 @@ fn tcp_peer_reconnects_through_a_connect_flood() {
     );
     side_a.down();
     side_b.down();
+}
+
+/// A (connecting, `Endpoint` B) and B (`ListenPort` 51821), both with
+/// `Transport = tcp`, tunnel 198.19.X.1 and .2; `keepalive` on A.
+fn tcp_confs(x: u8, ka: &Keys, kb: &Keys, keepalive: Option<u16>) -> (IfaceConf, IfaceConf) {
+    let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
+    let conf_b = IfaceConf {
+        private_key: kb.private.clone(),
+        listen_port: Some(PORT_B),
+        address: vec![format!("{tb}/24")],
+        peers: vec![PeerConf {
+            public_key: ka.public.clone(),
+            allowed_ips: vec![format!("{ta}/32")],
+            braid_lines: vec!["Transport = tcp".into()],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let conf_a = IfaceConf {
+        private_key: ka.private.clone(),
+        address: vec![format!("{ta}/24")],
+        peers: vec![PeerConf {
+            public_key: kb.public.clone(),
+            allowed_ips: vec![format!("{tb}/32")],
+            endpoint: Some(format!("198.18.{x}.2:{PORT_B}")),
+            braid_lines: vec!["Transport = tcp".into()],
+            keepalive,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (conf_a, conf_b)
 }
 
 /// Drops UDP in both directions on the namespace's underlay interface.

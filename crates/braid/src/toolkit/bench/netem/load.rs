@@ -38,19 +38,7 @@ pub(super) fn load_cpus() -> std::ops::Range<usize> {
 
 pub(super) fn socket() -> UdpSocket {
     let s = UdpSocket::bind("127.0.0.1:0").expect("bind a loopback UDP socket");
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
-        let v: libc::c_int = 8 << 20;
-        // SAFETY: passes a live c_int and its size; failure is harmless.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-    }
+    crate::toolkit::lab::traffic::big_buffers(&s);
     s
 }
 
