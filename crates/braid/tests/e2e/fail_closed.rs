@@ -215,3 +215,74 @@ fn killed_full_tunnel_fails_closed_and_next_up_repairs() {
     assert!(ping_until_reply(&nsa, &behind4, Duration::from_secs(10)));
     assert!(b.down().ok());
 }
+
+/// `braid down NAME` cannot reach a killed daemon and says how to clean
+/// up; `braid down NAME.conf` removes its rules and fail-closed routes.
+/// With `FailClosed = false` the table holds only the TUN's route.
+#[test]
+fn braid_down_conf_removes_a_killed_daemons_leftovers() {
+    let test = "braid_down_conf_removes_a_killed_daemons_leftovers";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.peers[0].allowed_ips = vec!["0.0.0.0/0".into()];
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    b.assert_up();
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Foreground);
+    a.assert_up();
+    let pid = a.child.as_ref().expect("foreground child").pid();
+    // SAFETY: kill(2) on the PID of the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    a.child
+        .as_mut()
+        .expect("foreground child")
+        .wait_exit(Duration::from_secs(10));
+    assert!(wait_until(LONG, || !nsa.has_link(&ifa)), "TUN left");
+    assert!(rules(&nsa, "-4").contains(TABLE));
+
+    let by_name = nsa.run(BRAID, &["down", &ifa], SHORT);
+    eprintln!("[{test}] braid down NAME: {}", by_name.stderr.trim());
+    assert!(!by_name.ok(), "{}", by_name.describe());
+    assert!(
+        by_name.stderr.contains(&format!("{ifa}.conf")),
+        "{}",
+        by_name.describe()
+    );
+    assert!(
+        rules(&nsa, "-4").contains(TABLE),
+        "rules went with a failed down"
+    );
+
+    let conf = a.conf_path.to_string_lossy().into_owned();
+    let by_conf = nsa.run(BRAID, &["down", &conf], SHORT);
+    eprintln!("[{test}] braid down NAME.conf: {}", by_conf.stderr.trim());
+    assert!(by_conf.ok(), "{}", by_conf.describe());
+    let r = rules(&nsa, "-4");
+    assert!(
+        !r.contains(TABLE) && !r.contains("suppress_prefixlength"),
+        "rules left:\n{r}"
+    );
+    let t = table(&nsa, "-4");
+    assert!(t.trim().is_empty(), "routes left in table {TABLE}: {t}");
+    let again = nsa.run(BRAID, &["down", &conf], SHORT);
+    assert!(
+        !again.ok(),
+        "nothing was left to remove: {}",
+        again.describe()
+    );
+    drop(a);
+
+    // FailClosed = false: wg-quick's behaviour, no unreachable route.
+    conf_a.braid_lines.push("FailClosed = false".into());
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Foreground);
+    a.assert_up();
+    let t = table(&nsa, "-4");
+    assert!(t.contains(&format!("default dev {ifa}")), "{t}");
+    assert!(!t.contains("unreachable"), "{t}");
+    assert!(a.down().ok());
+    assert!(!rules(&nsa, "-4").contains(TABLE));
+    assert!(b.down().ok());
+}
