@@ -23,7 +23,8 @@ const CAP_NET_ADMIN: u32 = 12;
 /// What the daemon still does after the drop, and the capability each needs:
 /// - CAP_NET_ADMIN: `fwmark` set over the UAPI (SO_MARK), the forced receive
 ///   buffer of a socket re-bound for a new `listen-port` (SO_RCVBUFFORCE),
-///   MTU changes, and removing its policy routing rules on the way down.
+///   MTU changes, and removing its policy routing rules and fail-closed
+///   routes on the way down.
 /// - CAP_NET_BIND_SERVICE: a `listen-port` below 1024 set over the UAPI.
 ///
 /// netcfg changes routes, rules and MTUs by running `ip`, so CAP_NET_ADMIN
