@@ -286,3 +286,53 @@ fn braid_down_conf_removes_a_killed_daemons_leftovers() {
     assert!(!rules(&nsa, "-4").contains(TABLE));
     assert!(b.down().ok());
 }
+
+/// A daemon that stops without a stop request (here: its interface was
+/// deleted under it) leaves the full tunnel closed too; only a requested
+/// stop opens it.
+#[test]
+fn deleted_interface_leaves_the_full_tunnel_closed() {
+    let test = "deleted_interface_leaves_the_full_tunnel_closed";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
+    nsb.ip(&["addr", "add", "198.18.250.1/32", "dev", "lo"])
+        .expect_ok("address behind b");
+    nsa.ip(&["route", "add", "default", "via", &format!("198.18.{x}.2")])
+        .expect_ok("a's default route");
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.peers[0].allowed_ips = vec!["0.0.0.0/0".into()];
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    b.assert_up();
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Foreground);
+    a.assert_up();
+    assert!(ping_until_reply(
+        &nsa,
+        "198.18.250.1",
+        Duration::from_secs(20)
+    ));
+
+    nsa.ip(&["link", "del", &ifa]).expect_ok("ip link del");
+    let child = a.child.as_mut().expect("foreground child");
+    assert!(
+        child.wait_exit(Duration::from_secs(10)).is_some(),
+        "the daemon outlived its interface"
+    );
+    let log = a.log_text();
+    assert!(log.contains("stays closed"), "{log}");
+    let r = rules(&nsa, "-4");
+    assert_eq!(count(&r, &format!("lookup {TABLE}")), 1, "{r}");
+    let echoes = echo_requests(&nsb);
+    let p = ping(&nsa, "198.18.250.1", 2);
+    assert_eq!(p.received, 0, "left in the clear:\n{}", p.output);
+    assert_eq!(echo_requests(&nsb), echoes, "echo requests reached b");
+
+    let conf = a.conf_path.to_string_lossy().into_owned();
+    let down = nsa.run(BRAID, &["down", &conf], SHORT);
+    assert!(down.ok(), "{}", down.describe());
+    assert!(!rules(&nsa, "-4").contains(TABLE));
+    assert!(table(&nsa, "-4").trim().is_empty());
+    assert!(b.down().ok());
+}
