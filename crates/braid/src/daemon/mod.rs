@@ -155,7 +155,7 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         log!(
             name,
             "stopped without a stop request: the full tunnel stays closed (its rules and \
-             unreachable routes stay, FailClosed); `braid up` again or `braid down NAME.conf` \
+             unreachable routes stay, FailClosed); `braid up` again or `braid down {name}.conf` \
              removes them"
         );
     }
