@@ -85,7 +85,12 @@ fn route(verb: &str, dest_cidr: &str, dev: &str, table: Option<u32>) -> io::Resu
 /// not marked with `fwmark` (the tunnel's own UDP packets are) looks up
 /// `table`, which routes via the tunnel; the main table still wins for
 /// anything more specific than its default route.
+///
+/// Leftovers of a daemon that was killed (its rules for the same table and
+/// mark) are removed first, so the rules are never duplicated; see
+/// [`default_route_rules_del`].
 pub fn default_route_rules_add(ipv6: bool, table: u32, fwmark: u32) -> io::Result<()> {
+    default_route_rules_del(ipv6, table, fwmark)?;
     let fam = if ipv6 { "-6" } else { "-4" };
     let (table, mark) = (table.to_string(), fwmark.to_string());
     ip(&[fam, "rule", "add", "not", "fwmark", &mark, "table", &table])?;
@@ -100,21 +105,180 @@ pub fn default_route_rules_add(ipv6: bool, table: u32, fwmark: u32) -> io::Resul
     ])
 }
 
-/// Removes the rules of [`default_route_rules_add`].
+/// Removes the rules of [`default_route_rules_add`]: every `not fwmark
+/// FWMARK lookup TABLE` rule (also those a killed daemon left), then
+/// `lookup main suppress_prefixlength 0` rules until there are no more of
+/// them than full tunnels still routed (each adds one, wg-quick's too).
+/// Absent rules are no error.
 pub fn default_route_rules_del(ipv6: bool, table: u32, fwmark: u32) -> io::Result<()> {
     let fam = if ipv6 { "-6" } else { "-4" };
+    let rules = ip_output(&[fam, "rule", "show"])?;
+    let ours = rules
+        .lines()
+        .filter(|l| is_full_tunnel_rule(l, Some((table, fwmark))))
+        .count();
+    let others = rules
+        .lines()
+        .filter(|l| is_full_tunnel_rule(l, None))
+        .count()
+        - ours;
+    let suppress = rules.lines().filter(|l| is_suppress_rule(l)).count();
     let (table, mark) = (table.to_string(), fwmark.to_string());
-    let first = ip(&[fam, "rule", "del", "not", "fwmark", &mark, "table", &table]);
-    let second = ip(&[
+    for _ in 0..ours {
+        ip(&[fam, "rule", "del", "not", "fwmark", &mark, "table", &table])?;
+    }
+    for _ in others..suppress {
+        ip(&[
+            fam,
+            "rule",
+            "del",
+            "table",
+            "main",
+            "suppress_prefixlength",
+            "0",
+        ])?;
+    }
+    Ok(())
+}
+
+/// Whether a `not fwmark FWMARK lookup TABLE` rule exists.
+pub fn has_full_tunnel_rule(ipv6: bool, table: u32, fwmark: u32) -> io::Result<bool> {
+    let fam = if ipv6 { "-6" } else { "-4" };
+    Ok(ip_output(&[fam, "rule", "show"])?
+        .lines()
+        .any(|l| is_full_tunnel_rule(l, Some((table, fwmark)))))
+}
+
+/// `ip rule show` line of a full tunnel: `not from all fwmark MARK lookup
+/// TABLE`, of this (table, mark) or, with `None`, of any.
+fn is_full_tunnel_rule(line: &str, which: Option<(u32, u32)>) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let after = |key: &str| {
+        words
+            .iter()
+            .position(|w| *w == key)
+            .and_then(|i| words.get(i + 1))
+            .copied()
+    };
+    if words.get(1) != Some(&"not") {
+        return false;
+    }
+    let (Some(mark), Some(lookup)) = (after("fwmark"), after("lookup")) else {
+        return false;
+    };
+    match which {
+        None => true,
+        Some((table, fwmark)) => {
+            let mark = match mark.strip_prefix("0x") {
+                Some(hex) => u32::from_str_radix(hex, 16).ok(),
+                None => mark.parse().ok(),
+            };
+            mark == Some(fwmark) && lookup.parse() == Ok(table)
+        }
+    }
+}
+
+/// `ip rule show` line `from all lookup main suppress_prefixlength 0`.
+fn is_suppress_rule(line: &str) -> bool {
+    let rest = line.split_once(':').map_or(line, |(_, r)| r);
+    rest.split_whitespace().collect::<Vec<_>>()
+        == [
+            "from",
+            "all",
+            "lookup",
+            "main",
+            "suppress_prefixlength",
+            "0",
+        ]
+}
+
+/// The metric of a full tunnel's fail-closed route: the highest, so the
+/// TUN's own default route in the same table (metric 0) wins while the TUN
+/// exists.
+pub const FAIL_CLOSED_METRIC: u32 = u32::MAX;
+
+/// Adds `unreachable default metric FAIL_CLOSED_METRIC` to `table`: a
+/// route that, unlike the TUN's, outlives the daemon, so what the full
+/// tunnel's rules send to `table` is refused ("Network is unreachable" /
+/// "No route to host") instead of falling through to the main table's
+/// default route in the clear. Adding it again changes nothing.
+pub fn fail_closed_route_add(ipv6: bool, table: u32) -> io::Result<()> {
+    fail_closed_route("replace", ipv6, table)
+}
+
+/// Removes the route of [`fail_closed_route_add`]; absent is no error.
+pub fn fail_closed_route_del(ipv6: bool, table: u32) -> io::Result<()> {
+    if !has_fail_closed_route(ipv6, table)? {
+        return Ok(());
+    }
+    fail_closed_route("del", ipv6, table)
+}
+
+/// Whether `table` holds the route of [`fail_closed_route_add`].
+pub fn has_fail_closed_route(ipv6: bool, table: u32) -> io::Result<bool> {
+    let metric = format!("metric {FAIL_CLOSED_METRIC}");
+    Ok(table_routes(ipv6, table)?
+        .iter()
+        .any(|l| l.starts_with("unreachable default") && l.contains(&metric)))
+}
+
+fn fail_closed_route(verb: &str, ipv6: bool, table: u32) -> io::Result<()> {
+    let fam = if ipv6 { "-6" } else { "-4" };
+    let (table, metric) = (table.to_string(), FAIL_CLOSED_METRIC.to_string());
+    ip(&[
         fam,
-        "rule",
-        "del",
+        "route",
+        verb,
+        "unreachable",
+        "default",
         "table",
-        "main",
-        "suppress_prefixlength",
-        "0",
-    ]);
-    first.and(second)
+        &table,
+        "metric",
+        &metric,
+    ])
+}
+
+/// The routes of `table`, one `ip route show` line each (none if the
+/// table does not exist).
+pub fn table_routes(ipv6: bool, table: u32) -> io::Result<Vec<String>> {
+    let fam = if ipv6 { "-6" } else { "-4" };
+    let table = table.to_string();
+    match ip_output(&[fam, "route", "show", "table", &table]) {
+        Ok(out) => Ok(out.lines().map(str::to_string).collect()),
+        Err(e) if e.to_string().contains("table does not exist") => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The interfaces that routes of `table` lead to. Routes that refuse
+/// (`unreachable`, `blackhole`, `prohibit`, `throw`: IPv6 shows them
+/// `dev lo`) lead nowhere; a route via an interface that is gone is gone
+/// with it, so every interface listed exists.
+pub fn table_devices(ipv6: bool, table: u32) -> io::Result<Vec<String>> {
+    Ok(route_devices(&table_routes(ipv6, table)?))
+}
+
+fn route_devices(lines: &[String]) -> Vec<String> {
+    let mut devs: Vec<String> = Vec::new();
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if matches!(
+            words.first(),
+            Some(&("unreachable" | "blackhole" | "prohibit" | "throw"))
+        ) {
+            continue;
+        }
+        if let Some(dev) = words
+            .iter()
+            .position(|w| *w == "dev")
+            .and_then(|i| words.get(i + 1))
+        {
+            if !devs.iter().any(|d| d == dev) {
+                devs.push(dev.to_string());
+            }
+        }
+    }
+    devs
 }
 
 /// `-4` or `-6` for an address or CIDR; also rejects anything that is not
@@ -165,13 +329,18 @@ fn invalid(msg: String) -> io::Error {
 /// Runs `ip ARGS...`; on failure the error names the command and carries
 /// ip's stderr.
 fn ip(args: &[&str]) -> io::Result<()> {
+    ip_output(args).map(drop)
+}
+
+/// [`ip`], returning what it printed.
+fn ip_output(args: &[&str]) -> io::Result<String> {
     let cmd = format!("ip {}", args.join(" "));
     let out = Command::new("ip")
         .args(args)
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("`{cmd}`: cannot run ip: {e}")))?;
     if out.status.success() {
-        return Ok(());
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     Err(io::Error::other(format!(
@@ -251,6 +420,45 @@ mod tests {
         assert!(!link_exists("no such dev"));
         assert!(link_exists("lo"));
         assert_eq!(link_mtu("lo").unwrap(), 65536);
+    }
+
+    #[test]
+    fn full_tunnel_rules() {
+        let ours = "32765:\tnot from all fwmark 0xca6c lookup 51820";
+        assert!(is_full_tunnel_rule(ours, Some((51820, 51820))));
+        assert!(is_full_tunnel_rule(ours, None));
+        assert!(!is_full_tunnel_rule(ours, Some((51820, 0x77))));
+        assert!(!is_full_tunnel_rule(ours, Some((51821, 51820))));
+        let other = "32763:\tnot from all fwmark 0x77 lookup 119";
+        assert!(is_full_tunnel_rule(other, Some((119, 0x77))));
+        assert!(!is_full_tunnel_rule(other, Some((51820, 51820))));
+        assert!(!is_full_tunnel_rule("32766:\tfrom all lookup main", None));
+        assert!(!is_full_tunnel_rule(
+            "32766:\tfrom all fwmark 0xca6c lookup 51820",
+            None
+        ));
+        let suppress = "32764:\tfrom all lookup main suppress_prefixlength 0";
+        assert!(is_suppress_rule(suppress));
+        assert!(!is_full_tunnel_rule(suppress, None));
+        assert!(!is_suppress_rule("32766:\tfrom all lookup main"));
+        assert!(!is_suppress_rule(ours));
+    }
+
+    #[test]
+    fn devices_of_routes() {
+        let lines: Vec<String> = [
+            "default dev b1a scope link",
+            "unreachable default dev lo metric 4294967295 pref medium",
+            "unreachable default metric 4294967295",
+            "blackhole 198.18.0.0/16",
+            "198.19.0.0/16 via 198.18.1.2 dev eth0",
+            "198.19.1.0/24 dev b1a scope link",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(route_devices(&lines), ["b1a", "eth0"]);
+        assert!(route_devices(&lines[1..4]).is_empty());
     }
 
     #[test]

@@ -32,7 +32,8 @@ enum Command {
         /// Stay attached to the terminal instead of running in the background.
         #[arg(long, short = 'f')]
         foreground: bool,
-        /// Once set up, run as this user (default: nobody) with only
+        /// Once set up, run as this user (default: braid if that system
+        /// user exists, else nobody, with a warning) with only
         /// CAP_NET_ADMIN and CAP_NET_BIND_SERVICE.
         #[arg(long, value_name = "USER")]
         user: Option<String>,
@@ -40,8 +41,14 @@ enum Command {
         #[arg(long, conflicts_with = "user")]
         keep_root: bool,
     },
-    /// Stop an interface's daemon and remove what it created.
-    Down { name: String },
+    /// Stop an interface's daemon and remove what it created. Given its
+    /// config file (a path ending in .conf) instead of a name, it also
+    /// removes what a killed daemon left (a full tunnel's rules and
+    /// fail-closed routes).
+    Down {
+        /// NAME, or the path to NAME.conf.
+        name: String,
+    },
     /// Show interfaces as `wg show` does, plus braid's counters.
     Show {
         name: Option<String>,
@@ -143,7 +150,7 @@ fn main() -> ExitCode {
         } => up(
             &file,
             foreground,
-            Privileges::choose(user.as_deref(), keep_root),
+            chosen(Privileges::choose(user.as_deref(), keep_root)),
         ),
         Command::Down { name } => down(&name),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
@@ -205,6 +212,15 @@ fn require_root() -> Result<(), String> {
     Ok(())
 }
 
+/// The privilege policy, after showing its warning (if any) where the
+/// operator sees it: the terminal, or a service manager's log.
+fn chosen((privileges, warning): (Privileges, Option<String>)) -> Privileges {
+    if let Some(w) = warning {
+        eprintln!("braid: {w}");
+    }
+    privileges
+}
+
 fn up(file: &std::path::Path, foreground: bool, privileges: Privileges) -> Result<(), String> {
     // Everything that can be wrong with the file is found before the system
     // is touched.
@@ -244,7 +260,7 @@ fn interface(args: &[String]) -> Result<(), String> {
         UpRequest {
             name: name.to_string(),
             config: None,
-            privileges: Privileges::choose(None, keep_root),
+            privileges: chosen(Privileges::choose(None, keep_root)),
         },
         foreground,
     )
@@ -261,11 +277,33 @@ fn start(req: UpRequest, foreground: bool) -> Result<(), String> {
 }
 
 /// Asks the daemon behind NAME's socket to stop, and waits until it has.
-fn down(name: &str) -> Result<(), String> {
+/// `arg` is NAME or the path to NAME.conf; with the config, when no daemon
+/// serves NAME, what a killed one left is removed instead.
+fn down(arg: &str) -> Result<(), String> {
+    let file = std::path::Path::new(arg);
+    let config = if arg.ends_with(".conf") || arg.contains('/') {
+        let name = Config::interface_name(file).map_err(|e| e.to_string())?;
+        let config = Config::load(file).map_err(|e| e.to_string())?;
+        Some((name, config))
+    } else {
+        None
+    };
+    let name = config.as_ref().map_or(arg, |(n, _)| n.as_str());
     require_root()?;
     let path = uapi::socket_path(name);
-    let stream = std::os::unix::net::UnixStream::connect(&path)
-        .map_err(|e| format!("no braid interface {name} ({}: {e})", path.display()))?;
+    let stream = match std::os::unix::net::UnixStream::connect(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            let Some((_, config)) = &config else {
+                return Err(format!(
+                    "no braid interface {name} ({}: {e}); if its daemon was killed, \
+                     `braid down /path/to/{name}.conf` removes what it left",
+                    path.display()
+                ));
+            };
+            return down_leftovers(name, config, &e);
+        }
+    };
     let pid = peer_pid(&stream)
         .ok_or_else(|| format!("cannot tell which process serves {}", path.display()))?;
     drop(stream);
@@ -286,6 +324,24 @@ fn down(name: &str) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
+}
+
+/// `braid down NAME.conf` with no daemon serving NAME: removes a killed
+/// daemon's fail-closed routes and full-tunnel rules, if there are any.
+fn down_leftovers(name: &str, config: &Config, e: &std::io::Error) -> Result<(), String> {
+    match daemon::routes::remove_leftovers(config) {
+        Ok(true) => {
+            eprintln!(
+                "braid: {name} was not running; removed the rules and fail-closed routes it left"
+            );
+            Ok(())
+        }
+        Ok(false) => Err(format!(
+            "no braid interface {name} ({}: {e}), and nothing of it left behind",
+            uapi::socket_path(name).display()
+        )),
+        Err(err) => Err(format!("{name}: {err}")),
+    }
 }
 
 /// Alive and not a zombie (a foreground daemon's parent may not have reaped

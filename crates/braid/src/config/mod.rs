@@ -57,6 +57,10 @@ pub struct InterfaceConfig {
     pub mss_fix: MssFix,
     /// braid: `Compression =` towards braid peers (default off).
     pub compression: CompressionPolicy,
+    /// braid: `FailClosed =` (default true): a full tunnel's table keeps an
+    /// unreachable default route that outlives the daemon, so traffic meant
+    /// for the tunnel is refused, not sent in the clear, if it dies.
+    pub fail_closed: bool,
 }
 
 /// braid's `MssFix =`: the largest MSS a TCP SYN or SYN-ACK crossing the
@@ -387,6 +391,7 @@ struct InterfaceBuilder {
     pre_down: Vec<String>,
     post_down: Vec<String>,
     save_config: Slot<bool>,
+    fail_closed: Slot<bool>,
     cipher: Slot<CipherPolicy>,
     mss_fix: Slot<MssFix>,
     compression: Slot<CompressionPolicy>,
@@ -485,6 +490,7 @@ impl InterfaceBuilder {
             "predown" => extend(&mut self.pre_down, "PreDown", Ok(vec![value.to_string()])),
             "postdown" => extend(&mut self.post_down, "PostDown", Ok(vec![value.to_string()])),
             "saveconfig" => set_once(&mut self.save_config, "SaveConfig", parse_bool(value), line),
+            "failclosed" => set_once(&mut self.fail_closed, "FailClosed", parse_bool(value), line),
             "cipher" => set_once(&mut self.cipher, "Cipher", parse_cipher(value), line),
             "mssfix" => set_once(&mut self.mss_fix, "MssFix", parse_mss_fix(value), line),
             "compression" => set_once(
@@ -729,6 +735,7 @@ impl Parser<'_> {
                 pre_down: iface.pre_down,
                 post_down: iface.post_down,
                 save_config: iface.save_config.is_some_and(|v| v.0),
+                fail_closed: iface.fail_closed.is_none_or(|v| v.0),
                 cipher: iface.cipher.map(|v| v.0).unwrap_or_default(),
                 mss_fix: iface.mss_fix.map(|v| v.0).unwrap_or_default(),
                 compression: iface.compression.map(|v| v.0).unwrap_or_default(),

@@ -88,7 +88,10 @@ fn good_configs() {
                 && c.interface.table == Table::Auto
                 && c.interface.listen_port.is_none()
                 && !c.interface.save_config
+                && c.interface.fail_closed
         }),
+        ("[Interface]\nPrivateKey={SK}\nFailClosed = False", |c| !c.interface.fail_closed),
+        ("[Interface]\nPrivateKey={SK}\nfailclosed=true", |c| c.interface.fail_closed),
         // Case-insensitive sections, keys and keywords.
         ("[INTERFACE]\nprivatekey={SK}\nLISTENPORT=1\ntable=OFF\n[peer]\npublickey={PEER}", |c| {
             c.interface.listen_port == Some(1) && c.interface.table == Table::Off && c.peers.len() == 1
@@ -193,6 +196,7 @@ fn bad_configs() {
         ("[Interface]\nPrivateKey={SK}\nFwMark=0x", Some(3), Some("FwMark"), "invalid fwmark"),
         ("[Interface]\nPrivateKey={SK}\nFwMark=0x100000000", Some(3), Some("FwMark"), "invalid fwmark"),
         ("[Interface]\nPrivateKey={SK}\nSaveConfig=yes", Some(3), Some("SaveConfig"), "true or false"),
+        ("[Interface]\nPrivateKey={SK}\nFailClosed=off", Some(3), Some("FailClosed"), "true or false"),
         ("[Interface]\nPrivateKey={SK}\nAddress=10.0.0.1/33", Some(3), Some("Address"), "0-32"),
         ("[Interface]\nPrivateKey={SK}\nAddress=10.0.0.1,,10.0.0.2", Some(3), Some("Address"), "empty item"),
         ("[Interface]\nPrivateKey={SK}\nListenPrt=1", Some(3), Some("ListenPrt"), "unknown key"),

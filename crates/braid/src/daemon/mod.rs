@@ -147,8 +147,17 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         log!(name, "{e}");
     }
     let _ = std::fs::remove_file(&path);
-    if let Err(e) = daemon.routes.remove() {
-        log!(name, "removing routing rules: {e}");
+    if background::stop_requested() || !daemon.routes.fails_closed() {
+        if let Err(e) = daemon.routes.remove() {
+            log!(name, "removing routing rules: {e}");
+        }
+    } else {
+        log!(
+            name,
+            "stopped without a stop request: the full tunnel stays closed (its rules and \
+             unreachable routes stay, FailClosed); `braid up` again or `braid down {name}.conf` \
+             removes them"
+        );
     }
     // Closing the TUN removes the interface and its routes; a guardian then
     // runs PostDown and removes the socket.
@@ -178,6 +187,10 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         privilege::Privileges::DropTo(user) => Some((user, privilege::lookup_user(user)?)),
         privilege::Privileges::Keep => None,
     };
+    let full_tunnel_mark = req.config.as_ref().and_then(routes::full_tunnel_mark);
+    if let Some(cfg) = &req.config {
+        routes::check_table_free(cfg, full_tunnel_mark)?;
+    }
     if let Some(cfg) = &req.config {
         run_hooks(name, &cfg.interface.pre_up)?;
     }
@@ -224,7 +237,6 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         state.listen_port = effects.new_listen_port.unwrap_or(0);
         state.fwmark = effects.new_fwmark.unwrap_or(0);
     }
-    let full_tunnel_mark = req.config.as_ref().and_then(routes::full_tunnel_mark);
     if let Some(mark) = full_tunnel_mark {
         state.fwmark = mark;
     }

@@ -6,8 +6,15 @@
 use std::ffi::CString;
 use std::io;
 
-/// The user a daemon started as root becomes, unless told otherwise.
-pub const DEFAULT_USER: &str = "nobody";
+/// The user a daemon started as root becomes, unless told otherwise: a
+/// system user of braid's own, which no other process runs as.
+pub const DEFAULT_USER: &str = "braid";
+
+/// The user taken when [`DEFAULT_USER`] does not exist (with a warning).
+pub const FALLBACK_USER: &str = "nobody";
+
+/// How to create [`DEFAULT_USER`].
+pub const CREATE_USER: &str = "useradd --system --no-create-home --shell /usr/sbin/nologin braid";
 
 // Capability numbers from <linux/capability.h>.
 const CAP_NET_BIND_SERVICE: u32 = 10;
@@ -16,7 +23,8 @@ const CAP_NET_ADMIN: u32 = 12;
 /// What the daemon still does after the drop, and the capability each needs:
 /// - CAP_NET_ADMIN: `fwmark` set over the UAPI (SO_MARK), the forced receive
 ///   buffer of a socket re-bound for a new `listen-port` (SO_RCVBUFFORCE),
-///   MTU changes, and removing its policy routing rules on the way down.
+///   MTU changes, and removing its policy routing rules and fail-closed
+///   routes on the way down.
 /// - CAP_NET_BIND_SERVICE: a `listen-port` below 1024 set over the UAPI.
 ///
 /// netcfg changes routes, rules and MTUs by running `ip`, so CAP_NET_ADMIN
@@ -48,16 +56,37 @@ pub enum Privileges {
 }
 
 impl Privileges {
-    /// The policy for a daemon: drop to `user` (default [`DEFAULT_USER`])
-    /// when running as root, unless `keep_root`.
-    pub fn choose(user: Option<&str>, keep_root: bool) -> Privileges {
+    /// The policy for a daemon: drop to `user` when running as root, unless
+    /// `keep_root`; without `user`, to [`DEFAULT_USER`] if it exists, else
+    /// to [`FALLBACK_USER`], with a warning to show the operator.
+    pub fn choose(user: Option<&str>, keep_root: bool) -> (Privileges, Option<String>) {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
+        Self::choose_with(root, user, keep_root, |u| lookup_user(u).is_ok())
+    }
+
+    /// [`Privileges::choose`] with the facts it depends on passed in.
+    pub fn choose_with(
+        root: bool,
+        user: Option<&str>,
+        keep_root: bool,
+        user_exists: impl Fn(&str) -> bool,
+    ) -> (Privileges, Option<String>) {
         if keep_root || !root {
-            Privileges::Keep
-        } else {
-            Privileges::DropTo(user.unwrap_or(DEFAULT_USER).to_string())
+            return (Privileges::Keep, None);
         }
+        if let Some(user) = user {
+            return (Privileges::DropTo(user.to_string()), None);
+        }
+        if user_exists(DEFAULT_USER) {
+            return (Privileges::DropTo(DEFAULT_USER.to_string()), None);
+        }
+        let warning = format!(
+            "warning: no user {DEFAULT_USER:?}, so the daemon runs as {FALLBACK_USER:?}; any other \
+             process running as {FALLBACK_USER} can signal it, and killing it takes the tunnel \
+             down. Create a dedicated user with `{CREATE_USER}` (or pick one with --user)"
+        );
+        (Privileges::DropTo(FALLBACK_USER.to_string()), Some(warning))
     }
 }
 
@@ -230,6 +259,42 @@ mod tests {
 
     #[test]
     fn choose_keeps_when_asked() {
-        assert_eq!(Privileges::choose(Some("x"), true), Privileges::Keep);
+        assert_eq!(Privileges::choose(Some("x"), true).0, Privileges::Keep);
+        let any = |_: &str| true;
+        assert_eq!(
+            Privileges::choose_with(true, None, true, any),
+            (Privileges::Keep, None)
+        );
+        // Not root: nothing to drop.
+        assert_eq!(
+            Privileges::choose_with(false, None, false, any),
+            (Privileges::Keep, None)
+        );
+    }
+
+    #[test]
+    fn choose_prefers_the_dedicated_user() {
+        let drop_to = |u: &str| Privileges::DropTo(u.to_string());
+        assert_eq!(
+            Privileges::choose_with(true, None, false, |u| u == "braid"),
+            (drop_to("braid"), None)
+        );
+        // No user braid: nobody, with a warning that says why and how.
+        let (p, warning) = Privileges::choose_with(true, None, false, |u| u == "nobody");
+        assert_eq!(p, drop_to("nobody"));
+        let warning = warning.expect("a warning for the fallback");
+        assert!(warning.contains("can signal it"), "{warning}");
+        assert!(warning.contains(CREATE_USER), "{warning}");
+        // --user wins, without a warning, whether or not braid exists.
+        for exists in [true, false] {
+            assert_eq!(
+                Privileges::choose_with(true, Some("nobody"), false, |_| exists),
+                (drop_to("nobody"), None)
+            );
+            assert_eq!(
+                Privileges::choose_with(true, Some("svc"), false, |_| exists),
+                (drop_to("svc"), None)
+            );
+        }
     }
 }

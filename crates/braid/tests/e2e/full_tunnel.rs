@@ -1,6 +1,7 @@
 //! `AllowedIPs = 0.0.0.0/0` with `Table = auto`: braid routes everything
 //! through the tunnel with wg-quick's fwmark policy routing, its own UDP
-//! packets still reach the peer, and `braid down` removes the rules.
+//! packets still reach the peer, its table fails closed, and `braid down`
+//! removes the rules and the table's routes.
 //!
 //! ```text
 //!  netns a: braid (AllowedIPs 0.0.0.0/0) ── veth 198.18.x.1/.2 ── netns b: braid
@@ -39,6 +40,12 @@ fn full_tunnel_default_route_uses_policy_rules() {
         rules.contains("suppress_prefixlength 0"),
         "suppress rule missing:\n{rules}"
     );
+    // Fail closed (the default): a route that outlives the TUN.
+    let table = nsa.ip(&["-4", "route", "show", "table", "51820"]).stdout;
+    assert!(
+        table.contains("unreachable default metric 4294967295"),
+        "fail-closed route missing:\n{table}"
+    );
 
     // Only the tunnel leads to 198.18.250.1, and the tunnel's own UDP
     // packets must not loop into it.
@@ -58,5 +65,7 @@ fn full_tunnel_default_route_uses_policy_rules() {
         !rules.contains("51820") && !rules.contains("suppress_prefixlength"),
         "rules left after down:\n{rules}"
     );
+    let table = nsa.ip(&["-4", "route", "show", "table", "51820"]).stdout;
+    assert!(table.trim().is_empty(), "routes left after down:\n{table}");
     assert!(b.down().ok());
 }

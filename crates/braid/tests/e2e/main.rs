@@ -23,6 +23,7 @@ mod compression;
 mod crypto_helpers;
 mod doctor;
 mod doctor_paths;
+mod fail_closed;
 mod faults;
 mod full_tunnel;
 mod handshake_flood;
