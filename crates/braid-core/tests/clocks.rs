@@ -109,6 +109,14 @@ fn after_a_suspend_past_reject_after_time_the_old_session_is_not_used() {
         let now = net.now;
         net[A].device.time_passed_unseen(now, slept);
         net.settle();
+        // Past 3 × REJECT_AFTER_TIME the keys are gone (ZeroKeyMaterial
+        // came due), short of it they are only too old to use.
+        let keys_left = net[A].device.index_count();
+        assert_eq!(
+            keys_left == 0,
+            slept > REJECT_AFTER_TIME * 3,
+            "after {slept:?}"
+        );
         let captured = net.capture.len();
         send_a(&mut net, 2);
         assert_eq!(
