@@ -12,7 +12,7 @@ use crate::crypto::{self, hash, mac, Hash, MAC_LEN};
 use crate::messages::{self, cookie_reply as cr};
 use rand_core::RngCore;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use zeroize::Zeroize;
 
 const LABEL_MAC1: &[u8] = b"mac1----";
@@ -76,6 +76,12 @@ impl CookieChecker {
             secret: [0; 32],
             secret_born: None,
         }
+    }
+
+    /// `by` passed unseen (a suspend): the secret is that much older (one
+    /// too old for an `Instant` is renewed at its next use).
+    pub fn age_by(&mut self, by: Duration) {
+        self.secret_born = self.secret_born.and_then(|b| b.checked_sub(by));
     }
 
     /// The cookie for `src` under the current secret, which is renewed from
@@ -193,6 +199,20 @@ impl CookieState {
             cookie_key: cookie_key(peer_public),
             cookie: None,
             last_mac1: None,
+        }
+    }
+
+    /// `by` passed unseen (a suspend): the cookie we hold is that much
+    /// older (one too old for an `Instant` is dropped).
+    pub fn age_by(&mut self, by: Duration) {
+        if let Some((cookie, got)) = self.cookie.as_mut() {
+            match got.checked_sub(by) {
+                Some(g) => *got = g,
+                None => {
+                    cookie.zeroize();
+                    self.cookie = None;
+                }
+            }
         }
     }
 

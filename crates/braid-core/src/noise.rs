@@ -277,12 +277,36 @@ pub fn consume_response(
     Ok(SessionKeys { send, recv })
 }
 
+/// The step of a TAI64N's nanoseconds: [`tai64n`] rounds down to it.
+const WHITENER: u32 = 1 << 24;
+
+/// The earliest timestamp [`tai64n`] makes that is later than `t` (one
+/// whitened step on); `t` itself when none is (the end of TAI64).
+pub fn tai64n_after(t: &Timestamp) -> Timestamp {
+    let secs = u64::from_be_bytes(t[..8].try_into().expect("8 bytes"));
+    let nanos = u32::from_be_bytes(t[8..].try_into().expect("4 bytes"));
+    // Below 10^9 in any timestamp made here; a larger one counts as a
+    // full second.
+    let next = (nanos / WHITENER * WHITENER).saturating_add(WHITENER);
+    let (secs, nanos) = if next < 1_000_000_000 {
+        (secs, next)
+    } else {
+        match secs.checked_add(1) {
+            Some(s) => (s, 0),
+            None => return *t,
+        }
+    };
+    let mut out = [0u8; 12];
+    out[..8].copy_from_slice(&secs.to_be_bytes());
+    out[8..].copy_from_slice(&nanos.to_be_bytes());
+    out
+}
+
 /// TAI64N of a time given as seconds and nanoseconds since the Unix epoch.
 /// Nanoseconds are rounded down to ~16.8 ms, as WireGuard does, so the
 /// timestamp does not leak a precise clock.
 pub fn tai64n(unix_secs: u64, nanos: u32) -> Timestamp {
     const TAI64_BASE: u64 = (1 << 62) + 10;
-    const WHITENER: u32 = 1 << 24;
     let mut t = [0u8; 12];
     // Saturates: a clock 2^62 s past 1970 sends the largest timestamp (which
     // the peer then keeps as its replay floor) rather than a wrapped small one.

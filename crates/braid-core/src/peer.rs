@@ -90,6 +90,9 @@ pub struct Peer {
     /// Our initiation waiting for a response.
     pub handshake: Option<InitiatorHandshake>,
     pub last_initiation_sent: Option<Instant>,
+    /// The TAI64N of our last initiation to this peer: the next is later
+    /// (see `Device::initiate`).
+    pub last_timestamp_sent: Timestamp,
     pub handshake_attempts: u32,
     /// Newest TAI64N seen in an initiation from this peer (replay defence).
     pub latest_timestamp: Timestamp,
@@ -167,6 +170,7 @@ impl Peer {
             keypairs: Keypairs::default(),
             handshake: None,
             last_initiation_sent: None,
+            last_timestamp_sent: [0; 12],
             handshake_attempts: 0,
             latest_timestamp: [0; 12],
             last_initiation_consumed: None,

@@ -61,6 +61,20 @@ impl Keypair {
         now.saturating_duration_since(self.created)
     }
 
+    /// `by` passed unseen (a suspend): the session is that much older.
+    /// False when `created` cannot go back that far (an `Instant` before
+    /// its platform's origin): then nothing is known of its age.
+    #[must_use]
+    pub fn age_by(&mut self, by: std::time::Duration) -> bool {
+        match self.created.checked_sub(by) {
+            Some(t) => {
+                self.created = t;
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn messages_sent(&self) -> u64 {
         self.send_counter
     }
@@ -317,6 +331,16 @@ impl Keypairs {
             return Some((SlotName::Previous, k));
         }
         None
+    }
+
+    /// Ages every session by `by` (see [`Keypair::age_by`]); false when
+    /// one could not be aged (then drop them all).
+    #[must_use]
+    pub fn age_by(&mut self, by: std::time::Duration) -> bool {
+        [&mut self.current, &mut self.previous, &mut self.next]
+            .into_iter()
+            .flatten()
+            .all(|kp| kp.age_by(by))
     }
 
     /// Drops every session; returns their indices.

@@ -2,7 +2,7 @@
 //! array, so the next wake-up is a minimum over a few entries and nothing
 //! here reads a clock.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The timers of the WireGuard paper (§6), named as in Linux's `timers.c`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,15 @@ impl TimerTable {
         self.deadlines = [None; 6];
     }
 
+    /// `by` passed unseen (a suspend): every deadline comes that much
+    /// earlier; one that cannot (an `Instant` before its platform's
+    /// origin) is due at `now`.
+    pub fn shift_back(&mut self, now: Instant, by: Duration) {
+        for d in self.deadlines.iter_mut().flatten() {
+            *d = d.checked_sub(by).unwrap_or(now).min(*d);
+        }
+    }
+
     /// The earliest deadline, if any timer is set.
     pub fn next(&self) -> Option<Instant> {
         self.deadlines.iter().flatten().min().copied()
@@ -74,7 +83,6 @@ impl TimerTable {
 #[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn earliest_deadline_and_expiry() {
@@ -91,6 +99,21 @@ mod tests {
         );
         assert!(!t.is_set(Timer::RetransmitHandshake));
         t.cancel(Timer::SendKeepalive);
+        assert_eq!(t.next(), None);
+    }
+
+    #[test]
+    fn time_passed_unseen_brings_deadlines_earlier() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut t = TimerTable::default();
+        t.set(Timer::ZeroKeyMaterial, t0 + s(540));
+        t.set(Timer::NewHandshake, t0 + s(15));
+        t.shift_back(t0, s(10));
+        assert_eq!(t.next(), Some(t0 + s(5)));
+        t.shift_back(t0, s(600));
+        assert_eq!(t.pop_expired(t0), Some(Timer::NewHandshake));
+        assert_eq!(t.pop_expired(t0), Some(Timer::ZeroKeyMaterial));
         assert_eq!(t.next(), None);
     }
 }

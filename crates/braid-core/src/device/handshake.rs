@@ -37,10 +37,22 @@ impl Device {
         }
         let index = self.new_index(IndexEntry::Handshake(pid));
         let ephemeral = StaticSecret::from(self.random_bytes::<32>());
-        let timestamp = self.timestamp(now);
+        let wall = self.timestamp(now);
         let jitter = self.jitter();
         let local = self.local.as_ref().expect("checked above");
         let p = self.peers[pid].as_mut().expect("checked above");
+        // The wall clock, but never at or before what this peer already has
+        // from us. The peer drops an initiation whose timestamp is not
+        // later than the newest it saw from us (replay defence), so if the
+        // clock steps back (NTP, an operator) while we run, the peers we
+        // spoke to before would refuse us until the clock caught up. A step
+        // on from the last one sent instead stays acceptable to them; the
+        // real clock takes over once it is later again. Per peer, so a
+        // clock that was ahead does not spread its future time to peers
+        // that never saw it. Linux WireGuard and wireguard-go send the
+        // real clock as it is. After a restart nothing is remembered: then
+        // only a right clock (`set_wall_clock`) gets us through.
+        let timestamp = wall.max(noise::tai64n_after(&p.last_timestamp_sent));
         let mut msg = [0u8; INITIATION_LEN];
         let Ok(state) =
             noise::create_initiation(local, &p.remote, ephemeral, &timestamp, index, &mut msg)
@@ -50,6 +62,7 @@ impl Device {
         };
         p.cookie.add_macs(now, &mut msg);
         p.handshake = Some(state);
+        p.last_timestamp_sent = timestamp;
         p.last_initiation_sent = Some(now);
         p.counters.handshakes_initiated = p.counters.handshakes_initiated.saturating_add(1);
         p.on_authenticated_traversal(now);

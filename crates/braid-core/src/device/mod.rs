@@ -116,7 +116,8 @@ pub struct PeerInfo {
 
 impl Device {
     /// `now` and `wall` are the same moment on the monotonic and the wall
-    /// clock (TAI64N timestamps and "latest handshake" need wall time);
+    /// clock (TAI64N timestamps and "latest handshake" need wall time; a
+    /// driver keeps it right with [`set_wall_clock`](Self::set_wall_clock));
     /// `seed` feeds every random choice (ephemeral keys, indices, jitter).
     pub fn new(now: Instant, wall: SystemTime, seed: [u8; 32]) -> Self {
         Device {
@@ -129,7 +130,7 @@ impl Device {
             indices: HashMap::new(),
             rng: Box::new(ChaCha20Rng::from_seed(seed)),
             mono_base: now,
-            wall_base: wall,
+            wall_anchor: (now, wall),
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
             pmtu_probes: VecDeque::new(),
@@ -608,13 +609,68 @@ impl Device {
         b
     }
 
-    /// The wall-clock time at `now`. The base comes from whoever made the
-    /// device; one within an uptime of the end of `SystemTime` would
-    /// overflow, and then time stands still at the base instead of a panic.
+    // ----- the driver's clocks -----
+
+    /// The wall clock: `wall` is the wall-clock time at `now`. Wall time
+    /// is the driver's monotonic time plus the offset this sets, so a
+    /// driver calls it often (the daemon every second): a clock that NTP
+    /// set or stepped after the device was made then shows in the next
+    /// initiation's TAI64N timestamp and in "latest handshake". Only the
+    /// offset changes: deadlines and ages stay on the monotonic clock.
+    pub fn set_wall_clock(&mut self, now: Instant, wall: SystemTime) {
+        self.wall_anchor = (now, wall);
+    }
+
+    /// `slept` passed that the monotonic clock `now` comes from did not
+    /// count (a suspend: Linux's CLOCK_MONOTONIC stops in it, its
+    /// CLOCK_BOOTTIME does not). Everything that ages does so by `slept`:
+    /// sessions (past REKEY_AFTER_TIME the initiator rekeys, past
+    /// REJECT_AFTER_TIME they carry nothing more), the peers' timers (now
+    /// due ones fire at the next [`handle_timeout`](Self::handle_timeout),
+    /// so call it next: e.g. ZeroKeyMaterial after 3 × REJECT_AFTER_TIME),
+    /// the handshake rate limits, the cookie secret and the cookies held,
+    /// and the wall clock's offset (the wall clock ran on). Paths, reorder
+    /// windows and rate shapers measure the network, not key lifetimes, and
+    /// start over from what arrives.
+    pub fn time_passed_unseen(&mut self, now: Instant, slept: Duration) {
+        if slept.is_zero() {
+            return;
+        }
+        let earlier = |t: Instant| t.checked_sub(slept);
+        let (at, wall) = self.wall_anchor;
+        self.wall_anchor = (at, wall.checked_add(slept).unwrap_or(wall));
+        self.handshake_window = match earlier(self.handshake_window.0) {
+            Some(start) => (start, self.handshake_window.1),
+            None => (now, 0),
+        };
+        self.under_load_until = self.under_load_until.and_then(earlier);
+        if let Some(checker) = self.checker.as_mut() {
+            checker.age_by(slept);
+        }
+        for pid in 0..self.peers.len() {
+            let Some(p) = self.peers[pid].as_mut() else {
+                continue;
+            };
+            p.timers.shift_back(now, slept);
+            p.last_initiation_sent = p.last_initiation_sent.and_then(earlier);
+            p.last_initiation_consumed = p.last_initiation_consumed.and_then(earlier);
+            p.cookie.age_by(slept);
+            if !p.keypairs.age_by(slept) {
+                // Too old to say how old: no use for anything.
+                self.forget_sessions(pid);
+            }
+        }
+    }
+
+    /// The wall-clock time at `now`: the driver's last word on it
+    /// ([`set_wall_clock`](Self::set_wall_clock), else [`new`](Self::new))
+    /// plus the monotonic time since. One within an uptime of the end of
+    /// `SystemTime` would overflow, and then time stands still at the base
+    /// instead of a panic; before the base it is the base.
     pub fn wall_clock(&self, now: Instant) -> SystemTime {
-        self.wall_base
-            .checked_add(now.saturating_duration_since(self.mono_base))
-            .unwrap_or(self.wall_base)
+        let (at, wall) = self.wall_anchor;
+        wall.checked_add(now.saturating_duration_since(at))
+            .unwrap_or(wall)
     }
 
     fn timestamp(&self, now: Instant) -> noise::Timestamp {
@@ -673,6 +729,40 @@ mod tests {
             }
         }
         UNIX_EPOCH + Duration::from_secs(lo)
+    }
+
+    #[test]
+    fn the_wall_clock_is_what_the_driver_last_said() {
+        let now = Instant::now();
+        let mut d = Device::new(now, UNIX_EPOCH, [0; 32]);
+        let later = now + Duration::from_secs(10);
+        let s = Duration::from_secs;
+        let right = UNIX_EPOCH + s(1_800_000_000);
+        d.set_wall_clock(later, right);
+        assert_eq!(d.wall_clock(later + s(5)), right + s(5));
+        // A step back is taken as it is.
+        d.set_wall_clock(later + s(5), right - s(600));
+        assert_eq!(d.wall_clock(later + s(6)), right - s(599));
+        // After a suspend the wall clock has run on by the time slept.
+        d.time_passed_unseen(later + s(6), s(60));
+        assert_eq!(d.wall_clock(later + s(6)), right - s(539));
+        // The origin of path probe times never moves (peers echo them).
+        assert_eq!(d.mono_base, now);
+    }
+
+    #[test]
+    fn the_timestamp_after_another_is_one_whitened_step_on() {
+        let step = 1 << 24;
+        let t = noise::tai64n(100, 0);
+        assert_eq!(noise::tai64n_after(&t), noise::tai64n(100, step));
+        // Within the step of the second's end: the next second.
+        let t = noise::tai64n(100, 999_999_999);
+        assert_eq!(noise::tai64n_after(&t), noise::tai64n(101, 0));
+        assert!(noise::tai64n_after(&[0; 12]) > [0; 12]);
+        // Nothing comes after the end of TAI64.
+        let mut end = [0xff; 12];
+        end[8..].copy_from_slice(&999_999_999u32.to_be_bytes());
+        assert_eq!(noise::tai64n_after(&end), end);
     }
 
     #[test]

@@ -86,8 +86,12 @@ pub struct Device {
     /// Every random choice (ephemeral keys, indices, jitter, cookie
     /// secrets); see [`Device::set_random_source`](super::Device::set_random_source).
     pub(super) rng: Box<dyn RngCore + Send>,
+    /// The origin of the monotonic microseconds in path probes (fixed: the
+    /// peer echoes them back).
     pub(super) mono_base: Instant,
-    pub(super) wall_base: SystemTime,
+    /// One moment on the monotonic and on the wall clock, as the driver
+    /// last said ([`Device::set_wall_clock`](super::Device::set_wall_clock)).
+    pub(super) wall_anchor: (Instant, SystemTime),
     pub(super) mtu: usize,
     pub(super) control: VecDeque<Control>,
     /// Padded path MTU probes waiting to be sent (too big for `control`).

@@ -13,6 +13,7 @@
 //! every I/O call moves a batch.
 
 pub mod batch;
+mod clocks;
 pub mod control;
 pub mod crypto_helpers;
 pub mod dataplane;
@@ -401,6 +402,7 @@ impl Daemon {
     fn main_loop(&mut self) -> std::io::Result<()> {
         let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
         let mut next_mtu_follow = Instant::now();
+        let mut suspend = clocks::SuspendDetector::now();
         while !background::stop_requested() && !self.shared.stopping() {
             let now = Instant::now();
             let deadline = self
@@ -447,6 +449,15 @@ impl Daemon {
                 self.serve_requests();
             }
             let now = Instant::now();
+            // Time the monotonic clock missed (a suspend) ages sessions and
+            // timers before they fire; the wall clock ran on too.
+            if let Some(slept) = suspend.check(now) {
+                log!(self.name, "the system slept for {:.0?}", slept);
+                let mut device = self.shared.device();
+                device.time_passed_unseen(now, slept);
+                let (at, wall) = clocks::wall_now();
+                device.set_wall_clock(at, wall);
+            }
             self.shared.device().handle_timeout(now);
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
@@ -456,6 +467,9 @@ impl Daemon {
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
             if now >= next_housekeeping {
                 next_housekeeping = now + HOUSEKEEPING;
+                // NTP may have set or stepped the wall clock since.
+                let (at, wall) = clocks::wall_now();
+                self.shared.device().set_wall_clock(at, wall);
                 if !netcfg::link_exists(&self.name) {
                     log!(self.name, "interface was removed");
                     break;
