@@ -70,20 +70,7 @@ fn tcp_transport_through_an_underlay_that_drops_udp() {
     transfer_and_compare(&env, &nsa, &nsb, &tb, "first");
 
     // Destroy the connection on the connecting side: A must open a new one.
-    let out = nsa.run(
-        "ss",
-        &[
-            "-K",
-            "-tn",
-            "dst",
-            &format!("198.18.{x}.2"),
-            "dport",
-            "=",
-            &format!(":{PORT_B}"),
-        ],
-        SHORT,
-    );
-    assert!(out.ok(), "{test}: ss -K on A: {}", out.describe());
+    kill_connection_on_a(&nsa, x, test);
     let second = wait_for_new_connection(&nsa, &first)
         .unwrap_or_else(|| panic!("{test}: A did not reconnect after ss -K on A\n{}", logs()));
     assert!(
@@ -232,20 +219,7 @@ fn tcp_peer_reconnects_through_a_connect_flood() {
     };
     std::thread::sleep(std::time::Duration::from_secs(1));
     // A's connection dies during the flood: A must get a new one through.
-    let out = nsa.run(
-        "ss",
-        &[
-            "-K",
-            "-tn",
-            "dst",
-            &format!("198.18.{x}.2"),
-            "dport",
-            "=",
-            &format!(":{PORT_B}"),
-        ],
-        SHORT,
-    );
-    assert!(out.ok(), "{test}: ss -K on A: {}", out.describe());
+    kill_connection_on_a(&nsa, x, test);
     let second = wait_for_new_connection(&nsa, &first).unwrap_or_else(|| {
         panic!(
             "{test}: A did not reconnect during the flood\n{}\n{}",
@@ -367,6 +341,17 @@ fn tunnel_connection(ns: &Netns) -> Option<String> {
         .next()
         .and_then(|l| l.split_whitespace().nth(2))
         .map(str::to_string)
+}
+
+/// Destroys A's TCP connection to B's port (`ss -K` on A).
+fn kill_connection_on_a(nsa: &Netns, x: u8, test: &str) {
+    let (dst, dport) = (format!("198.18.{x}.2"), format!(":{PORT_B}"));
+    let out = nsa.run(
+        "ss",
+        &["-K", "-tn", "dst", &dst, "dport", "=", &dport],
+        SHORT,
+    );
+    assert!(out.ok(), "{test}: ss -K on A: {}", out.describe());
 }
 
 /// Waits for an established connection other than `old`.
