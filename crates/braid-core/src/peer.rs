@@ -77,6 +77,10 @@ pub struct Peer {
     /// Local index of the session the window follows (counters restart
     /// with every session).
     pub reorder_session: Option<u32>,
+    /// The sessions the window followed before, newest first: the sender
+    /// has moved on from them, so what still comes on them was sent before
+    /// everything the window delivers now.
+    pub reorder_retired: [Option<u32>; 2],
     /// `RateLimit =`: one token bucket per direction; `None`: unlimited.
     pub rate_limit: Option<crate::shaper::RateLimit>,
     /// This peer's `Compression =`; `None` follows the interface's.
@@ -162,6 +166,7 @@ impl Peer {
             hellos_left: 0,
             reorder: ReorderWindow::new(ReorderConfig::default()),
             reorder_session: None,
+            reorder_retired: [None; 2],
             rate_limit: None,
             compression: None,
             lz4_session: None,

@@ -781,6 +781,12 @@ impl ReorderWindow {
         self.expire(now);
     }
 
+    /// Counts a packet the caller dropped as too late without offering it
+    /// (a straggler of a session the window has left).
+    pub fn count_under_window(&mut self) {
+        self.counters.under_window = self.counters.under_window.saturating_add(1);
+    }
+
     /// When [`handle_timeout`](Self::handle_timeout) should run next: the
     /// head gap's deadline, or earlier when it will be lost early. None
     /// with nothing held, or when neither time is one an Instant can hold

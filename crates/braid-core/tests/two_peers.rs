@@ -533,17 +533,34 @@ fn rough_line_carries_a_steady_stream_both_ways() {
             "to {side:?}: {n} of {N} arrived over a 1 % loss line"
         );
         assert_eq!(distinct(&got), got.len(), "to {side:?}: nothing twice");
-        // Every data message the line delivered came out of the tunnel:
-        // the only losses are the line's.
-        assert_eq!(n, arrivals.data_with_payload, "to {side:?}: {arrivals:?}");
+        // Every data message the line delivered came out of the tunnel,
+        // but for the few the window dropped as too late (their gap had
+        // been given up): order is a promise.
+        assert_all_but_late(&p, side, n, arrivals.data_with_payload);
         assert!(line.dropped_loss > 0 && line.reordered > 0, "{line:?}");
-        assert!(
-            inversions(&got) > 0,
-            "to {side:?}: reordered packets are accepted"
+        assert_eq!(
+            inversions(&got),
+            0,
+            "to {side:?}: the line reorders, the tunnel does not"
         );
         let c = counters(&p, side);
         assert_eq!((c.replayed, c.auth_failed), (0, 0), "to {side:?}: {c:?}");
     }
+}
+
+/// `delivered` of the `arrived` data messages with a packet came out of
+/// `side`'s tunnel: all but the few its reorder window dropped as too late
+/// (Under Window, which also counts late duplicate copies), in order.
+fn assert_all_but_late(p: &Net, side: NodeId, delivered: u64, arrived: u64) {
+    let late = p.peer_info(side).reorder.under_window;
+    assert!(
+        delivered <= arrived && delivered + late >= arrived,
+        "to {side:?}: {delivered} delivered of {arrived} arrived, {late} too late"
+    );
+    assert!(
+        (arrived - delivered) * 100 <= arrived,
+        "to {side:?}: at most 1 % too late: {delivered} of {arrived}"
+    );
 }
 
 #[test]
@@ -563,7 +580,7 @@ fn corrupted_datagrams_fail_authentication() {
         // `seqs` checks that every packet out of the tunnel is intact.
         let got = seqs(delivered);
         assert_eq!(distinct(&got), got.len());
-        assert_eq!(got.len() as u64, r.data_with_payload, "to {side:?}: {r:?}");
+        assert_all_but_late(&p, side, got.len() as u64, r.data_with_payload);
         assert_eq!(r.corrupted_delivered, 0, "to {side:?}: {r:?}");
         // About 5 % of the data copies that arrived were damaged.
         let arrived = r.data + r.corrupted_data;
@@ -611,7 +628,7 @@ fn duplicated_datagrams_are_dropped_as_replays() {
             got.len(),
             "to {side:?}: delivered count equals unique count"
         );
-        assert_eq!(got.len() as u64, r.data_with_payload, "to {side:?}: {r:?}");
+        assert_all_but_late(&p, side, got.len() as u64, r.data_with_payload);
         assert!(
             binomial_ok(got.len() as u64, N as u64, 0.99),
             "{}",

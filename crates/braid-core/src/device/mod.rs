@@ -560,6 +560,7 @@ impl Device {
         };
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;
+        p.reorder_retired = [None; 2];
     }
 
     fn recompute_static(&mut self, pid: PeerId) {

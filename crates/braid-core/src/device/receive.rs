@@ -306,12 +306,19 @@ impl Device {
         let Some(p) = self.peers[pid].as_mut() else {
             return false;
         };
-        // Only the current session is ordered: a straggler of the previous
-        // one (during a rekey) goes straight through.
-        if p.keypairs.current.as_ref().map(|k| k.local_index) != Some(receiver) {
-            return true;
-        }
+        // The window follows the session the data comes on: a sender uses
+        // one session at a time and only ever moves on to a newer one (at a
+        // rekey, or when both ends started a handshake at once). What still
+        // comes on a session the window left was sent before everything it
+        // delivers now: delivered, it would arrive out of order, so it is
+        // dropped (counted Under Window), as a packet whose gap was given
+        // up is.
         if p.reorder_session != Some(receiver) {
+            if p.reorder_retired.contains(&Some(receiver)) {
+                p.reorder.count_under_window();
+                return false;
+            }
+            p.reorder_retired = [p.reorder_session, p.reorder_retired[0]];
             p.reorder.reset();
             p.reorder_session = Some(receiver);
             if p.reorder.ready_packets() > 0 {
@@ -339,10 +346,10 @@ impl Device {
             // Bigger than the window's slots (an MTU raised at run time):
             // better out of order than lost.
             InsertOutcome::TooLarge => true,
-            // Its gap was already given up. The replay check guarantees it
-            // was never delivered, so it goes out late rather than never
-            // (it still counts as Under Window): for TCP late beats lost.
-            InsertOutcome::UnderWindow => true,
+            // Its gap was already given up and later packets went out: it
+            // is dropped, as the window's rules say, so order is a promise
+            // (delivered late it would reach the application out of order).
+            InsertOutcome::UnderWindow => false,
             InsertOutcome::ReadyFull => {
                 self.counters.reorder_overflow = self.counters.reorder_overflow.saturating_add(1);
                 false
