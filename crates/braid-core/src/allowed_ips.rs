@@ -138,6 +138,27 @@ impl<T: Copy + Eq> AllowedIps<T> {
         entries
     }
 
+    /// Every prefix, grouped by the value it maps to (each group in the
+    /// order of [`entries_for`](Self::entries_for)): one walk of the table
+    /// for all values, where `entries_for` per value would walk it once
+    /// each.
+    pub fn entries_by_value(&self) -> std::collections::HashMap<T, Vec<(IpAddr, u8)>>
+    where
+        T: std::hash::Hash,
+    {
+        let mut by = std::collections::HashMap::<T, Vec<(IpAddr, u8)>>::new();
+        self.v4.for_each(&mut |key, prefix, value| {
+            let addr = IpAddr::V4(Ipv4Addr::from(v4_from_key(key)));
+            by.entry(value).or_default().push((addr, prefix));
+        });
+        self.v6.for_each(&mut |key, prefix, value| {
+            by.entry(value)
+                .or_default()
+                .push((IpAddr::V6(Ipv6Addr::from(key)), prefix));
+        });
+        by
+    }
+
     /// Number of prefixes in the table, both families together.
     pub fn len(&self) -> usize {
         self.v4.len + self.v6.len

@@ -113,6 +113,10 @@ pub struct Peer {
     /// known and below the interface MTU (see
     /// [`Device::refresh_path_mtus`](crate::device::Device::refresh_path_mtus)).
     pub mtu_limit: Option<usize>,
+    /// How many AllowedIPs prefixes map to this peer: clearing a peer
+    /// that has none (every peer of a fresh `wg setconf`) needs no walk of
+    /// the table.
+    pub allowed_prefixes: usize,
 }
 
 impl Peer {
@@ -187,6 +191,7 @@ impl Peer {
             spare_buffers: Vec::new(),
             counters: PeerCounters::default(),
             mtu_limit: None,
+            allowed_prefixes: 0,
         }
     }
 

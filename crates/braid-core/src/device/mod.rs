@@ -137,6 +137,7 @@ impl Device {
             padding_cap: usize::MAX,
             too_big: Vec::new(),
             too_big_len: 0,
+            free_peer_slots: Vec::new(),
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
             handshake_window: (now, 0),
@@ -271,7 +272,7 @@ impl Device {
             }
         };
         let peer = Peer::new(local, public);
-        let pid = match self.peers.iter().position(Option::is_none) {
+        let pid = match self.free_peer_slots.pop() {
             Some(free) => {
                 self.peers[free] = Some(peer);
                 free
@@ -291,13 +292,32 @@ impl Device {
         let Some(pid) = self.by_key.remove(public) else {
             return false;
         };
-        self.allowed.remove_value(pid);
-        self.indices.retain(|_, e| match e {
-            IndexEntry::Handshake(p) | IndexEntry::Session(p) => *p != pid,
-        });
+        self.clear_allowed_ips(pid);
+        // The peer's own receiver indices (its pending handshake and its
+        // sessions), not a scan of every index: removing all of 100,000
+        // peers stays linear.
+        if let Some(p) = self.peers[pid].as_ref() {
+            let k = &p.keypairs;
+            let own = [
+                p.handshake.as_ref().map(|h| h.local_index),
+                k.next.as_ref().map(|s| s.local_index),
+                k.current.as_ref().map(|s| s.local_index),
+                k.previous.as_ref().map(|s| s.local_index),
+            ];
+            for index in own.into_iter().flatten() {
+                if let Some(IndexEntry::Handshake(q) | IndexEntry::Session(q)) =
+                    self.indices.get(&index)
+                {
+                    if *q == pid {
+                        self.indices.remove(&index);
+                    }
+                }
+            }
+        }
         self.pending_flush.retain(|&p| p != pid);
         self.reorder_ready.retain(|&p| p != pid);
         self.peers[pid] = None;
+        self.free_peer_slots.push(pid);
         true
     }
 
@@ -395,16 +415,54 @@ impl Device {
         addr: IpAddr,
         prefix: u8,
     ) -> Result<(), InvalidPrefix> {
-        self.allowed.insert(addr, prefix, pid).map(|_| ())
+        let old = self.allowed.insert(addr, prefix, pid)?;
+        if old != Some(pid) {
+            if let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) {
+                p.allowed_prefixes += 1;
+            }
+            if let Some(p) = old
+                .and_then(|o| self.peers.get_mut(o))
+                .and_then(Option::as_mut)
+            {
+                p.allowed_prefixes = p.allowed_prefixes.saturating_sub(1);
+            }
+        }
+        Ok(())
     }
 
     pub fn clear_allowed_ips(&mut self, pid: PeerId) {
-        self.allowed.remove_value(pid);
+        let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) else {
+            return;
+        };
+        // Linear in the table: only when the peer has prefixes to lose.
+        if std::mem::take(&mut p.allowed_prefixes) > 0 {
+            self.allowed.remove_value(pid);
+        }
     }
 
     pub fn peer_info(&self, pid: PeerId) -> Option<PeerInfo> {
-        let p = self.peer(pid)?;
-        Some(PeerInfo {
+        Some(Self::info_of(
+            self.peer(pid)?,
+            self.allowed.entries_for(pid),
+        ))
+    }
+
+    /// [`peer_info`](Self::peer_info) of every peer, in `peer_ids` order,
+    /// with one walk of the AllowedIPs table for all of them (a `get` of
+    /// 100,000 peers is then linear, not quadratic).
+    pub fn peer_infos(&self) -> Vec<(PeerId, PeerInfo)> {
+        let mut prefixes = self.allowed.entries_by_value();
+        self.peer_ids()
+            .filter_map(|pid| {
+                let p = self.peer(pid)?;
+                let ips = prefixes.remove(&pid).unwrap_or_default();
+                Some((pid, Self::info_of(p, ips)))
+            })
+            .collect()
+    }
+
+    fn info_of(p: &Peer, allowed_ips: Vec<(IpAddr, u8)>) -> PeerInfo {
+        PeerInfo {
             public_key: p.public_key(),
             preshared_key: p.remote.preshared,
             endpoint: p.endpoint(),
@@ -417,10 +475,10 @@ impl Device {
             reorder_hold: p.reorder.effective_hold(),
             reorder_held: p.reorder.held_packets(),
             last_handshake: p.last_handshake,
-            allowed_ips: self.allowed.entries_for(pid),
+            allowed_ips,
             counters: p.counters,
             rate_limit_bits: p.rate_limit.as_ref().map(|r| r.rate_bits()),
-        })
+        }
     }
 
     // ----- time -----

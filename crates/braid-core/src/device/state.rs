@@ -79,6 +79,8 @@ pub struct Device {
     pub(super) local: Option<LocalStatic>,
     pub(super) checker: Option<CookieChecker>,
     pub(super) peers: Vec<Option<Peer>>,
+    /// Slots of `peers` a removed peer left empty, reused first.
+    pub(super) free_peer_slots: Vec<PeerId>,
     pub(super) by_key: HashMap<[u8; 32], PeerId>,
     pub(super) peer_limit: usize,
     pub(super) allowed: AllowedIps<PeerId>,

@@ -265,10 +265,7 @@ pub fn snapshot(
     ];
     snap.extra
         .extend(io_drops.iter().map(|(n, v)| (n.to_string(), *v)));
-    for pid in device.peer_ids() {
-        let Some(info) = device.peer_info(pid) else {
-            continue;
-        };
+    for (_, info) in device.peer_infos() {
         let mut p = PeerSnapshot::new(PublicKey::from_bytes(info.public_key));
         p.preshared_key =
             (info.preshared_key != [0; 32]).then(|| PresharedKey::from_bytes(info.preshared_key));
