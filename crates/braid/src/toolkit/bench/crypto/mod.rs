@@ -21,7 +21,7 @@ mod report;
 
 use super::args::Args;
 use aead::measure_parallel;
-pub use aead::{seal_rate, Cipher, Op, SIZES};
+pub use aead::{open_rate, seal_rate, Cipher, Op, SIZES};
 use report::{OpensslRow, Results, Row};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
