@@ -531,13 +531,19 @@ pub fn receive_from_line(
     } = receiver;
     let mut received = 0;
     for _ in 0..max_batches {
-        let n = shared.lines().recv(line, batch)?;
+        let now = Instant::now();
+        // Whether an unknown TCP connection spoke is read under the same
+        // lock as the receive, not a second one per batch.
+        let (n, strangers) = {
+            let lines = shared.lines();
+            let n = lines.recv(line, batch)?;
+            (n, n > 0 && tcp_lines::strangers_spoke(&lines, line, now))
+        };
         if n == 0 {
             break;
         }
         // At most max_batches * capacity: no overflow.
         received += n;
-        let now = Instant::now();
         shared.device().prepare_decapsulate(now, batch, jobs);
         helpers.open(jobs, batch);
         let pending = {
@@ -545,7 +551,8 @@ pub fn receive_from_line(
             device.finish_decapsulate(now, batch, jobs);
             device.has_pending_transmit()
         };
-        if tcp_lines::strangers_spoke(&shared.lines(), line, now) {
+        if strangers {
+            // After the core authenticated what they sent.
             tcp_lines::mark_peer_connections(&shared.lines(), &shared.device(), line);
         }
         shared.clamp_mss(batch);
