@@ -11,13 +11,17 @@
 //!   `flags` what the sender offers (`HELLO_OFFERS_AES`, `HELLO_OFFERS_LZ4`).
 //! - `Probe { path, seq, sent_us, rx_probes }` and `Echo { … }`: RTT, loss
 //!   in both directions, liveness; `path` is the prober's path index,
-//!   `sent_us` its clock, echoed unchanged.
+//!   `sent_us` its clock, echoed unchanged. An echo may add a `Delivery`
+//!   about the path the probe came on: the echoer's clock when it arrived
+//!   and the data bytes and packets it has received there, from which the
+//!   prober measures the line's capacity, queue and loss (`path::estimate`).
+//!   An echo without one (18 bytes) is what braid sent before it measured.
 //! - `PmtuProbe { path, seq, size }`: path MTU discovery (see `pmtud`); the
 //!   payload is zero-padded to `size` bytes so the datagram is exactly as
 //!   big as a data message carrying a `size`-byte packet. `PmtuAck` answers
 //!   it, small, with the same fields.
 
-pub const MAX_PAYLOAD: usize = 32;
+pub const MAX_PAYLOAD: usize = 48;
 /// The nonce prefix that separates extension messages from data messages.
 pub const NONCE_PREFIX: [u8; 4] = *b"brd1";
 pub const VERSION: u8 = 1;
@@ -34,6 +38,8 @@ const KIND_ECHO: u8 = 3;
 const KIND_PMTU_PROBE: u8 = 4;
 const KIND_PMTU_ACK: u8 = 5;
 
+pub use crate::path::Delivery;
+
 /// The largest padded payload (a PMTU probe for a jumbo-frame line).
 pub const MAX_PADDED_PAYLOAD: usize = 9216;
 /// A PMTU probe's or ack's fields: kind, path, seq, size.
@@ -43,7 +49,7 @@ pub const PMTU_LEN: usize = 1 + 1 + 4 + 2;
 pub enum ExtMessage {
     Hello { version: u8, path: u8, flags: u8 },
     Probe(ProbeBody),
-    Echo(ProbeBody),
+    Echo(ProbeBody, Option<Delivery>),
     PmtuProbe(PmtuBody),
     PmtuAck(PmtuBody),
 }
@@ -95,6 +101,8 @@ pub struct ProbeBody {
 }
 
 const PROBE_LEN: usize = 1 + 1 + 4 + 8 + 4;
+/// An echo with a `Delivery`: received_us, data_bytes, data_packets.
+const ECHO_DELIVERY_LEN: usize = PROBE_LEN + 3 * 8;
 
 impl ExtMessage {
     /// Writes the payload into `out`; returns its length.
@@ -108,7 +116,7 @@ impl ExtMessage {
                 out[..4].copy_from_slice(&[KIND_HELLO, version, path, flags]);
                 4
             }
-            ExtMessage::Probe(b) | ExtMessage::Echo(b) => {
+            ExtMessage::Probe(b) | ExtMessage::Echo(b, _) => {
                 out[0] = if matches!(self, ExtMessage::Probe(_)) {
                     KIND_PROBE
                 } else {
@@ -118,7 +126,13 @@ impl ExtMessage {
                 out[2..6].copy_from_slice(&b.seq.to_le_bytes());
                 out[6..14].copy_from_slice(&b.sent_us.to_le_bytes());
                 out[14..18].copy_from_slice(&b.rx_probes.to_le_bytes());
-                PROBE_LEN
+                let ExtMessage::Echo(_, Some(d)) = self else {
+                    return PROBE_LEN;
+                };
+                out[18..26].copy_from_slice(&d.received_us.to_le_bytes());
+                out[26..34].copy_from_slice(&d.data_bytes.to_le_bytes());
+                out[34..42].copy_from_slice(&d.data_packets.to_le_bytes());
+                ECHO_DELIVERY_LEN
             }
             ExtMessage::PmtuProbe(b) | ExtMessage::PmtuAck(b) => {
                 let kind = if matches!(self, ExtMessage::PmtuProbe(_)) {
@@ -141,18 +155,30 @@ impl ExtMessage {
                 path: payload[2],
                 flags: payload[3],
             }),
-            (&kind @ (KIND_PROBE | KIND_ECHO), PROBE_LEN) => {
+            (&kind @ (KIND_PROBE | KIND_ECHO), n)
+                if n == PROBE_LEN || (kind == KIND_ECHO && n == ECHO_DELIVERY_LEN) =>
+            {
+                let u64_at =
+                    |at: usize| payload[at..at + 8].try_into().ok().map(u64::from_le_bytes);
                 let body = ProbeBody {
                     path: payload[1],
                     seq: u32::from_le_bytes(payload[2..6].try_into().ok()?),
-                    sent_us: u64::from_le_bytes(payload[6..14].try_into().ok()?),
+                    sent_us: u64_at(6)?,
                     rx_probes: u32::from_le_bytes(payload[14..18].try_into().ok()?),
                 };
-                Some(if kind == KIND_PROBE {
-                    ExtMessage::Probe(body)
+                if kind == KIND_PROBE {
+                    return Some(ExtMessage::Probe(body));
+                }
+                let delivery = if n == ECHO_DELIVERY_LEN {
+                    Some(Delivery {
+                        received_us: u64_at(18)?,
+                        data_bytes: u64_at(26)?,
+                        data_packets: u64_at(34)?,
+                    })
                 } else {
-                    ExtMessage::Echo(body)
-                })
+                    None
+                };
+                Some(ExtMessage::Echo(body, delivery))
             }
             // A probe's padding must be what it claims, so a probe cut
             // short on the way is no answer for its size.
@@ -184,12 +210,28 @@ mod tests {
                 sent_us: 123_456_789,
                 rx_probes: 5,
             }),
-            ExtMessage::Echo(ProbeBody {
-                path: 0,
-                seq: u32::MAX,
-                sent_us: u64::MAX,
-                rx_probes: 0,
-            }),
+            ExtMessage::Echo(
+                ProbeBody {
+                    path: 0,
+                    seq: u32::MAX,
+                    sent_us: u64::MAX,
+                    rx_probes: 0,
+                },
+                None,
+            ),
+            ExtMessage::Echo(
+                ProbeBody {
+                    path: 7,
+                    seq: 3,
+                    sent_us: 1,
+                    rx_probes: 2,
+                },
+                Some(Delivery {
+                    received_us: u64::MAX,
+                    data_bytes: 1 << 40,
+                    data_packets: 12_345,
+                }),
+            ),
         ];
         for m in msgs {
             let mut buf = [0u8; MAX_PAYLOAD];

@@ -14,6 +14,10 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
+/// A path that carried data from the peer within this long is one the
+/// reorder window waits for.
+pub const DATA_RECENT: Duration = Duration::from_secs(1);
+
 /// Name of the path made from the plain `Endpoint`.
 pub const ENDPOINT_PATH: &str = "endpoint";
 /// Name of a path learned from traffic.
@@ -137,6 +141,7 @@ impl Peer {
             let c = &mut self.paths[i].counters;
             c.rx_packets = c.rx_packets.saturating_add(1);
             c.rx_bytes = c.rx_bytes.saturating_add(len as u64);
+            self.paths[i].on_data_rx(now, len);
             if self.reorder_session == Some(receiver) {
                 self.reorder.note_duplicate(now, counter, i);
             }
@@ -285,14 +290,23 @@ impl Peer {
     }
 
     /// Which paths the reorder window should expect packets on: the live
-    /// ones, or all while none is known to be live.
-    pub fn live_path_mask(&self) -> u8 {
-        let up = self
-            .paths
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_up())
-            .fold(0u8, |m, (i, _)| m | (1 << i));
+    /// ones that carried data lately (a live line the peer sends nothing
+    /// on would keep every gap waiting for the whole hold), else the live
+    /// ones, else all while none is known to be live.
+    pub fn live_path_mask(&self, now: Instant) -> u8 {
+        let mask = |keep: &dyn Fn(&Path) -> bool| {
+            self.paths
+                .iter()
+                .enumerate()
+                .take(MAX_PATHS)
+                .filter(|(_, p)| keep(p))
+                .fold(0u8, |m, (i, _)| m | (1 << i))
+        };
+        let carrying = mask(&|p| p.is_up() && p.carries_data(now, DATA_RECENT));
+        if carrying != 0 {
+            return carrying;
+        }
+        let up = mask(&|p| p.is_up());
         if up != 0 {
             up
         } else {
@@ -300,25 +314,39 @@ impl Peer {
         }
     }
 
-    /// The delay difference between the live paths plus their jitter: how
-    /// long a gap may wait for the slower line.
-    pub fn path_skew(&self) -> std::time::Duration {
-        let live = self.paths.iter().filter(|p| p.is_up() && p.srtt.is_some());
-        let (mut lo, mut hi, mut jitter) = (
-            None::<std::time::Duration>,
-            std::time::Duration::ZERO,
-            std::time::Duration::ZERO,
-        );
-        for p in live {
-            let d = p.one_way_delay().expect("filtered");
-            lo = Some(lo.map_or(d, |l| l.min(d)));
-            hi = hi.max(d);
-            jitter = jitter.max(p.rttvar);
+    /// How long a gap may wait for the slower line: the difference in
+    /// one-way delay (measured from the peer's probes) between the live
+    /// paths in `live_path_mask`, plus twice their delays' deviation.
+    /// Paths whose delay is not measured yet (a peer that stamps no probes)
+    /// count with half their round trip.
+    pub fn path_skew(&self, now: Instant) -> Duration {
+        let mask = self.live_path_mask(now);
+        let (mut lo, mut hi, mut jitter) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+        let mut by_rtt = (None::<Duration>, Duration::ZERO, Duration::ZERO);
+        for (i, p) in self.paths.iter().enumerate().take(MAX_PATHS) {
+            if mask & (1 << i) == 0 || !p.is_up() {
+                continue;
+            }
+            if let Some(d) = p.inbound.delay.value {
+                lo = lo.min(d);
+                hi = hi.max(d);
+                jitter = jitter.max(p.inbound.delay.deviation);
+            } else if let Some(d) = p.one_way_delay() {
+                let (l, h, j) = &mut by_rtt;
+                *l = Some(l.map_or(d, |l| l.min(d)));
+                *h = (*h).max(d);
+                *j = (*j).max(p.rttvar);
+            }
         }
+        let measured = if hi >= lo {
+            Duration::try_from_secs_f64((hi - lo + 2.0 * jitter) / 1e6).unwrap_or(Duration::MAX)
+        } else {
+            Duration::ZERO
+        };
         // hi >= lo; saturating as both follow echoed timestamps.
-        lo.map_or(std::time::Duration::ZERO, |l| {
-            (hi - l).saturating_add(jitter)
-        })
+        let (lo, hi, j) = by_rtt;
+        let guessed = lo.map_or(Duration::ZERO, |l| (hi - l).saturating_add(j));
+        measured.max(guessed)
     }
 
     /// Forgets learned paths that have been down for long.
@@ -453,7 +481,7 @@ mod tests {
                 path.srtt = Some(srtt);
                 path.rttvar = rttvar;
             }
-            assert_eq!(p.path_skew(), want, "case {case}");
+            assert_eq!(p.path_skew(Instant::now()), want, "case {case}");
         }
     }
 

@@ -8,11 +8,15 @@
 //! ```
 //!
 //! A knows both paths from its config; B learns them from authenticated
-//! traffic. Checks redundant, failover and aggregate behaviour.
+//! traffic. Checks redundant, failover and aggregate behaviour; aggregate
+//! over unequal rate-capped lines (some of whose rates change) with an
+//! open-loop stream, whose arrival order and per-line split show what the
+//! scheduler and the reorder window make of them.
 
+use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::path::Mode;
 use braid_core::testing::{Net, NodeId, Socket, A, B};
-use braid_netem::link::{LinkModel, LinkParams};
+use braid_netem::link::{LinkModel, LinkParams, QueueLimit};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -74,7 +78,12 @@ fn sent_on_line_to_b(net: &Net, line: u16) -> u64 {
 
 /// Packet `seq` enters A's TUN: 100 bytes after the header, numbered.
 fn send(net: &mut Net, seq: u32) {
-    let mut payload = [0u8; 100];
+    send_sized(net, seq, 100);
+}
+
+/// Packet `seq` with `len` bytes after the IP header enters A's TUN.
+fn send_sized(net: &mut Net, seq: u32, len: usize) {
+    let mut payload = vec![0u8; len.max(4)];
     payload[..4].copy_from_slice(&seq.to_be_bytes());
     net.send(A, B, &payload);
 }
@@ -198,19 +207,6 @@ fn failover_switches_within_300_ms() {
 }
 
 #[test]
-fn aggregate_spreads_packets_over_both_lines() {
-    let mut net = net(Mode::Aggregate, lossy(0.0), lossy(0.0), 13);
-    establish(&mut net);
-    let before = [0, sent_on_line_to_b(&net, 1), sent_on_line_to_b(&net, 2)];
-    stream(&mut net, 4000, Duration::from_micros(250), |_, _| {});
-    let l1 = sent_on_line_to_b(&net, 1) - before[1];
-    let l2 = sent_on_line_to_b(&net, 2) - before[2];
-    assert!(l1 > 1000 && l2 > 1000, "both lines carry data: {l1} / {l2}");
-    assert!(l1 + l2 < 4000 + 4000 / 2, "not duplicated: {l1} + {l2}");
-    assert_eq!(unique(&got(&net, B)), 4000);
-}
-
-#[test]
 fn stock_peer_gets_only_the_primary_path() {
     let mut net = net(Mode::Redundant, lossy(0.0), lossy(0.0), 15);
     net[B].device.set_extensions(false);
@@ -267,4 +263,153 @@ fn order_holds_from_the_first_packet_of_a_tunnel() {
             );
         }
     }
+}
+
+/// A rate-capped line: `mbit` Mbit/s, `ms` one way, a 100 ms drop-tail
+/// queue (what `braid bench lines` makes with `braid netem`).
+fn capped(mbit: f64, ms: u64) -> LinkParams {
+    LinkParams {
+        delay: Duration::from_millis(ms),
+        rate_bps: Some((mbit * 1e6) as u64),
+        queue: QueueLimit::Time(Duration::from_millis(100)),
+        ..LinkParams::default()
+    }
+}
+
+/// Payload bytes of the packets of an open-loop stream.
+const LOAD_LEN: usize = 1000;
+
+/// An open-loop stream A→B at `mbit` Mbit/s of `LOAD_LEN`-byte packets
+/// for `d`, numbered from `first`; returns the next number.
+fn load(net: &mut Net, first: u32, mbit: f64, d: Duration) -> u32 {
+    let gap = Duration::from_secs_f64((LOAD_LEN + 28) as f64 * 8.0 / (mbit * 1e6));
+    let count = (d.as_secs_f64() / gap.as_secs_f64()) as u32;
+    for seq in first..first + count {
+        send_sized(net, seq, LOAD_LEN);
+        net.run_for(gap);
+    }
+    first + count
+}
+
+/// Data messages A sent on `line` since capture entry `from`.
+fn data_on_line(net: &Net, line: u16, from: usize) -> u64 {
+    net.capture[from..]
+        .iter()
+        .filter(|d| {
+            d.from == A
+                && d.line == line
+                && matches!(d.kind(), TYPE_DATA | TYPE_DATA_AES)
+                && d.bytes.len() > LOAD_LEN
+        })
+        .count() as u64
+}
+
+/// How many of the numbers `first..end` reached B.
+fn arrived(net: &Net, first: u32, end: u32) -> usize {
+    unique(
+        &got(net, B)
+            .into_iter()
+            .filter(|s| (first..end).contains(s))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Two unequal lines and a stream the quick line carries alone: the slow
+/// line gets nothing, so the bond is as fast and as prompt as its best
+/// line.
+#[test]
+fn aggregate_keeps_to_the_quick_line_while_it_keeps_up() {
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), capped(20.0, 40), 21);
+    establish(&mut net);
+    let next = load(&mut net, 0, 8.0, Duration::from_secs(1));
+    let mark = net.capture.len();
+    let end = load(&mut net, next, 8.0, Duration::from_secs(3));
+    net.run_for(Duration::from_secs(1));
+    let (l1, l2) = (data_on_line(&net, 1, mark), data_on_line(&net, 2, mark));
+    assert!(
+        l2 * 100 <= l1 + l2,
+        "the slow line carried {l2} of {}",
+        l1 + l2
+    );
+    assert_eq!(arrived(&net, next, end), (end - next) as usize);
+    assert_eq!(in_order(&got(&net, B)), None);
+}
+
+/// More than the quick line carries: the second line takes the rest, at
+/// its capacity, and what arrives is complete and in order.
+#[test]
+fn aggregate_adds_the_second_line_when_one_is_not_enough() {
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), capped(5.0, 40), 22);
+    establish(&mut net);
+    let next = load(&mut net, 0, 23.0, Duration::from_secs(2));
+    let mark = net.capture.len();
+    let end = load(&mut net, next, 23.0, Duration::from_secs(4));
+    net.run_for(Duration::from_secs(1));
+    let (l1, l2) = (data_on_line(&net, 1, mark), data_on_line(&net, 2, mark));
+    let share = l2 as f64 / (l1 + l2) as f64;
+    assert!(
+        (0.08..0.25).contains(&share),
+        "line 2 carried {l2} of {}",
+        l1 + l2
+    );
+    let got_all = arrived(&net, next, end) as f64 / f64::from(end - next);
+    assert!(
+        got_all > 0.97,
+        "delivered {got_all:.3} of 23 Mbit/s over 20 + 5"
+    );
+    let got = got(&net, B);
+    assert_eq!(in_order(&got), None);
+}
+
+/// A 1 Mbit/s line with 300 ms next to a 20 Mbit/s line with 10 ms: it
+/// would only delay the stream, so it carries none of it.
+#[test]
+fn a_far_slow_line_carries_nothing() {
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), capped(1.0, 300), 23);
+    establish(&mut net);
+    let next = load(&mut net, 0, 15.0, Duration::from_secs(2));
+    let mark = net.capture.len();
+    let end = load(&mut net, next, 15.0, Duration::from_secs(3));
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(data_on_line(&net, 2, mark), 0);
+    assert_eq!(arrived(&net, next, end), (end - next) as usize);
+    assert_eq!(in_order(&got(&net, B)), None);
+}
+
+/// Line 1 falls from 20 to 2 Mbit/s and comes back: within a second the
+/// split follows it down (line 1 gets what it carries, not a queue's
+/// worth more), and within two it is back in full use.
+#[test]
+fn split_follows_a_line_that_slows_down_and_recovers() {
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), capped(5.0, 40), 24);
+    establish(&mut net);
+    let set_line1 = |net: &mut Net, mbit: f64, seed: u64| {
+        *net.link_mut(LINE1, B) = LinkModel::new(capped(mbit, 10), seed);
+    };
+    let mut next = load(&mut net, 0, 6.0, Duration::from_secs(2));
+    set_line1(&mut net, 2.0, 100);
+    next = load(&mut net, next, 6.0, Duration::from_secs(1));
+    let mark = net.capture.len();
+    let slow_start = next;
+    next = load(&mut net, next, 6.0, Duration::from_secs(2));
+    let slow_end = next;
+    let l1 = data_on_line(&net, 1, mark);
+    // 2 Mbit/s for 2 s is about 480 of these packets.
+    assert!(
+        l1 < 600,
+        "line 1 still got {l1} packets after it slowed down"
+    );
+    let delivered = arrived(&net, slow_start, slow_end) as f64 / f64::from(slow_end - slow_start);
+    assert!(
+        delivered > 0.95,
+        "delivered {delivered:.3} of 6 Mbit/s over 2 + 5"
+    );
+    set_line1(&mut net, 20.0, 101);
+    next = load(&mut net, next, 6.0, Duration::from_secs(2));
+    let mark = net.capture.len();
+    let end = load(&mut net, next, 6.0, Duration::from_secs(2));
+    net.run_for(Duration::from_secs(1));
+    let (l1, l2) = (data_on_line(&net, 1, mark), data_on_line(&net, 2, mark));
+    assert!(l1 > 9 * l2, "line 1 is back in use: {l1} against {l2}");
+    assert_eq!(arrived(&net, next, end), (end - next) as usize);
 }

@@ -20,10 +20,11 @@ pub(super) type Destinations = [(u16, SocketAddr); MAX_PATHS];
 
 impl Device {
     /// Chooses the paths for the next packet of `pid` (`len` bytes on the
-    /// wire) and counts it on each. A stock WireGuard peer only ever gets
-    /// the primary path.
+    /// wire, sent at `now`) and counts it on each. A stock WireGuard peer
+    /// only ever gets the primary path.
     pub(super) fn destinations(
         &mut self,
+        now: Instant,
         pid: PeerId,
         len: usize,
         out: &mut Destinations,
@@ -36,7 +37,7 @@ impl Device {
         }
         let mut chosen = [0usize; MAX_PATHS];
         let n = if p.speaks_braid() {
-            path::select(p.mode, &mut p.paths, len, &mut chosen)
+            path::select(p.mode, &mut p.paths, now, len, &mut chosen)
         } else {
             1
         };
@@ -129,7 +130,7 @@ impl Device {
             if braid {
                 let p = self.peers[pid].as_mut().expect("checked above");
                 let path = &mut p.paths[i];
-                let seq = path.take_probe_seq();
+                let seq = path.take_probe_seq_at(now);
                 let body = ProbeBody {
                     path: i as u8, // i < MAX_PATHS
                     seq,
@@ -151,9 +152,10 @@ impl Device {
         let p = self.peers[pid].as_mut().expect("checked above");
         for path in &mut p.paths {
             path.update_state(now);
+            path.outbound.on_tick(now, path.counters.tx_bytes);
         }
         p.expire_learned_paths(now);
-        let (mask, skew) = (p.live_path_mask(), p.path_skew());
+        let (mask, skew) = (p.live_path_mask(now), p.path_skew(now));
         p.reorder.set_live_paths(mask);
         p.reorder.set_path_skew(skew);
         if p.speaks_braid() || p.hellos_left > 0 {
@@ -217,12 +219,16 @@ impl Device {
                 }
             }
             ExtMessage::Probe(b) => {
+                let now_us = self.mono_us(now);
                 let p = self.peers[pid].as_mut().expect("checked above");
-                let rx_probes = p.paths[at].on_probe(b.seq);
+                let path = &mut p.paths[at];
+                let rx_probes = path.on_probe(b.seq);
+                path.inbound.on_probe(b.sent_us, now_us);
                 let echo = ProbeBody { rx_probes, ..b };
-                self.queue_ext(now, pid, line, src, ExtMessage::Echo(echo));
+                let delivery = path.delivery(now_us);
+                self.queue_ext(now, pid, line, src, ExtMessage::Echo(echo, Some(delivery)));
             }
-            ExtMessage::Echo(b) => {
+            ExtMessage::Echo(b, delivery) => {
                 // Echoed by the peer: any value may come back.
                 let Some(sent) = echo_sent(self.mono_base, b.sent_us) else {
                     return;
@@ -230,6 +236,9 @@ impl Device {
                 let p = self.peers[pid].as_mut().expect("checked above");
                 if let Some(path) = p.paths.get_mut(b.path as usize) {
                     path.on_echo(now, b.seq, sent, b.rx_probes);
+                    if let Some(d) = delivery {
+                        path.outbound.on_report(now, b.seq, b.sent_us, d);
+                    }
                 }
             }
             ExtMessage::PmtuProbe(_) | ExtMessage::PmtuAck(_) => {

@@ -204,6 +204,7 @@ impl Device {
         }
         let at = p.authenticated_rx(now, line, src, wire_len);
         p.paths[at].counters.first_arrivals = p.paths[at].counters.first_arrivals.saturating_add(1);
+        p.paths[at].on_data_rx(now, wire_len);
         p.counters.rx_bytes = p.counters.rx_bytes.saturating_add(wire_len as u64);
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
@@ -335,7 +336,7 @@ impl Device {
             p.reorder.delivered_in_place(now, counter, path);
             return true;
         }
-        let mask = p.live_path_mask();
+        let mask = p.live_path_mask(now);
         p.reorder.set_live_paths(mask);
         // A pure TCP ACK gains nothing from waiting (a sender ignores an ACK
         // older than one it has seen) and holding it would stretch the

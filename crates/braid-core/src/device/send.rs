@@ -114,7 +114,7 @@ impl Device {
             let datagram_len = kp.prepare_seal(buf, len, padded_len(len, mtu));
             jobs.push(i, pid, kp.keys());
             let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
-            let n = self.destinations(pid, datagram_len, &mut dests);
+            let n = self.destinations(now, pid, datagram_len, &mut dests);
             batch.set_packet(i, 0, datagram_len, dests[0].1);
             batch.set_line(i, dests[0].0);
             for &(line, addr) in &dests[1..n] {
@@ -180,7 +180,7 @@ impl Device {
         p.on_authenticated_sent();
         p.on_authenticated_traversal(now);
         let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
-        let n = self.destinations(pid, len, &mut dests);
+        let n = self.destinations(now, pid, len, &mut dests);
         for &(line, addr) in &dests[..n] {
             self.queue_control(line, addr, &msg[..len]);
         }
@@ -250,7 +250,7 @@ impl Device {
                 }
                 let slot = out.len() - 1;
                 let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
-                let n = self.destinations(pid, sent, &mut dests);
+                let n = self.destinations(now, pid, sent, &mut dests);
                 let offset = out.offset(slot);
                 out.set_packet(slot, offset, sent, dests[0].1);
                 out.set_line(slot, dests[0].0);

@@ -1,0 +1,431 @@
+//! What a path can carry and how long it takes, measured rather than
+//! configured.
+//!
+//! Towards the peer ([`Outbound`]): every echo of one of our probes brings
+//! the peer's count of the data bytes and packets it received on this path
+//! and its clock when the probe arrived. Between two echoes that gives what
+//! the line delivered (a delivery rate, as BBR measures it) and, against
+//! the data packets we had sent before each probe, what it lost (a line is
+//! first in, first out: what we sent before a probe has arrived or is lost
+//! by the time the probe arrives). The probe's own one-way delay, read
+//! against the smallest seen, is the line's queue.
+//!
+//! The two clocks differ by an unknown offset, so a one-way delay here is
+//! that offset plus the delay. That is enough for what it is used for:
+//! differences between the paths of one peer, and between samples of one
+//! path. (Both clocks are monotonic and tick at the same rate to within
+//! parts per million; drift moves every path alike.)
+//!
+//! The capacity estimate follows from both: while the line queues (its
+//! delay is well above its minimum) it delivers all it can, so what it
+//! delivered *is* its capacity; while it does not queue although the
+//! scheduler has been giving it all the estimate allows, the estimate is
+//! too low and grows by half per report (every `PROBE_INTERVAL`), so a line
+//! that recovers is back in full use within a few hundred milliseconds.
+//!
+//! From the peer ([`Inbound`]): the one-way delay of the peer's probes to
+//! us, which the reorder window's hold follows.
+
+use std::time::{Duration, Instant};
+
+/// Where a path's capacity estimate starts, in bytes per second (10 Mbit/s:
+/// low enough that a slow line is not flooded before its first report,
+/// and the growth per report reaches 1 Gbit/s within a second).
+pub const INITIAL_RATE: f64 = 1_250_000.0;
+/// The estimate never falls below this (64 kbit/s): a line that delivered
+/// nothing in one interval is not written off for ever.
+pub const MIN_RATE: f64 = 8_000.0;
+/// Nor rises above this (1 Tbit/s).
+pub const MAX_RATE: f64 = 125_000_000_000.0;
+/// Growth per report while the scheduler is held back by the estimate and
+/// the line shows no queue: the next interval offers this much more than
+/// the line was seen to deliver.
+const GROWTH: f64 = 1.5;
+/// The delivery rate the estimate stands on is the largest of this long
+/// (a line that carried less for a moment has not become slower).
+const DELIVERY_WINDOW: Duration = Duration::from_millis(500);
+/// A line that sends data but has had no report for this long is losing
+/// its probes too: full or dying. Its estimate halves per probe interval
+/// until a report comes.
+const SILENCE: Duration = Duration::from_millis(250);
+/// A queue (smoothed one-way delay above the minimum) above this plus the
+/// delay's mean deviation means the line is full.
+const QUEUE_FULL: Duration = Duration::from_millis(5);
+/// Window of the minimum one-way delay taken as the line's base delay: a
+/// queue lasting longer than this is taken for a longer line (and a line
+/// whose delay rose counts as full until then: it is, for a scheduler
+/// that wants packets to arrive early).
+const BASE_WINDOW: Duration = Duration::from_secs(10);
+/// Window of the minimum one-way delay the scheduler plans with: a delay
+/// that rises (a new route, a radio handover) is followed within it.
+const PROPAGATION_WINDOW: Duration = Duration::from_secs(1);
+/// Reports closer together than this (in the peer's clock) are merged
+/// with the next: too short an interval makes a noisy rate.
+const MIN_INTERVAL_US: u64 = 10_000;
+/// Reports further apart than this start over: the interval says nothing
+/// about the line now.
+const MAX_INTERVAL_US: u64 = 2_000_000;
+/// Per report, what the loss estimate keeps of its past (about a second's
+/// memory at 20 reports a second).
+const LOSS_MEMORY: f64 = 0.95;
+/// Probes whose send-time counts are kept until their echo comes back (a
+/// round trip of up to 16 probe intervals, 0.8 s).
+const SNAPSHOTS: usize = 16;
+
+/// Smallest (or largest) value over a sliding window of about `window`
+/// (between half and the whole of it): two buckets of half a window each.
+#[derive(Debug, Clone, Copy)]
+pub struct Windowed<T> {
+    window: Duration,
+    largest: bool,
+    current: Option<T>,
+    previous: Option<T>,
+    bucket_start: Option<Instant>,
+}
+
+impl<T: Copy + PartialOrd> Windowed<T> {
+    pub fn min(window: Duration) -> Self {
+        Self::new(window, false)
+    }
+
+    pub fn max(window: Duration) -> Self {
+        Self::new(window, true)
+    }
+
+    fn new(window: Duration, largest: bool) -> Self {
+        Windowed {
+            window,
+            largest,
+            current: None,
+            previous: None,
+            bucket_start: None,
+        }
+    }
+
+    fn pick(&self, a: T, b: T) -> T {
+        if (b > a) == self.largest {
+            b
+        } else {
+            a
+        }
+    }
+
+    /// Moves the window to `now`: what is older than it is forgotten.
+    fn advance(&mut self, now: Instant) {
+        let half = self.window / 2;
+        match self.bucket_start {
+            Some(start) if now.saturating_duration_since(start) < half => {}
+            Some(start) => {
+                // Two halves or more without a sample: nothing old is left.
+                self.previous = if now.saturating_duration_since(start) < self.window {
+                    self.current
+                } else {
+                    None
+                };
+                self.current = None;
+                self.bucket_start = Some(now);
+            }
+            None => self.bucket_start = Some(now),
+        }
+    }
+
+    pub fn update(&mut self, now: Instant, value: T) {
+        self.advance(now);
+        self.current = Some(self.current.map_or(value, |c| self.pick(c, value)));
+    }
+
+    /// The extreme of the window as of `now`.
+    pub fn get_at(&mut self, now: Instant) -> Option<T> {
+        self.advance(now);
+        self.get()
+    }
+
+    /// The extreme as of the latest update.
+    pub fn get(&self) -> Option<T> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(self.pick(a, b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Starts over from `value` alone.
+    pub fn reset(&mut self, now: Instant, value: T) {
+        self.current = Some(value);
+        self.previous = None;
+        self.bucket_start = Some(now);
+    }
+}
+
+/// What the peer reports in an echo about the path the probe came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// The peer's clock when the probe arrived, microseconds.
+    pub received_us: u64,
+    /// Data the peer has received on this path so far (modulo 2^64).
+    pub data_bytes: u64,
+    pub data_packets: u64,
+}
+
+/// A smoothed one-way delay (microseconds, with the clocks' offset) and its
+/// mean deviation, as RFC 6298 smooths a round trip.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SmoothedDelay {
+    pub value: Option<f64>,
+    pub deviation: f64,
+}
+
+impl SmoothedDelay {
+    pub fn sample(&mut self, us: i64) {
+        let us = us as f64;
+        match self.value {
+            None => {
+                self.value = Some(us);
+                self.deviation = 0.0;
+            }
+            Some(v) => {
+                self.deviation = 0.75 * self.deviation + 0.25 * (v - us).abs();
+                self.value = Some(0.875 * v + 0.125 * us);
+            }
+        }
+    }
+}
+
+/// The line towards the peer, as this side's data sees it.
+#[derive(Debug, Clone)]
+pub struct Outbound {
+    /// Capacity estimate, bytes per second.
+    rate: f64,
+    /// Whether any report has shaped `rate` yet.
+    measured: bool,
+    /// What the line delivered in the latest interval, bytes per second.
+    delivered_rate: f64,
+    /// The largest delivery rate lately.
+    delivered_max: Windowed<f64>,
+    /// When the latest report came.
+    reported_at: Option<Instant>,
+    /// The report the next interval is measured from.
+    last: Option<(Delivery, Option<u64>)>,
+    /// When each recent probe left: (probe sequence, data packets sent on
+    /// this path so far, the scheduler's backlog for the line).
+    snapshots: [(u32, u64, Duration); SNAPSHOTS],
+    delay: SmoothedDelay,
+    base: Windowed<i64>,
+    propagation: Windowed<i64>,
+    /// The scheduler's clock for this line: when it will have sent all the
+    /// data given to it, at the estimated rate.
+    pub(super) busy_until: Option<Instant>,
+    /// The scheduler found this line busy at its estimated rate during the
+    /// current interval (so a quiet line means the estimate is low).
+    pub(super) limited: bool,
+    /// Data loss, decayed: packets lost and sent.
+    lost: f64,
+    sent: f64,
+    /// What this side sends on the path, bytes per second (smoothed), and
+    /// where the last tick measured it from.
+    send_rate: f64,
+    send_mark: Option<(Instant, u64)>,
+}
+
+impl Default for Outbound {
+    fn default() -> Self {
+        Outbound {
+            rate: INITIAL_RATE,
+            measured: false,
+            delivered_rate: 0.0,
+            delivered_max: Windowed::max(DELIVERY_WINDOW),
+            reported_at: None,
+            last: None,
+            snapshots: [(u32::MAX, 0, Duration::ZERO); SNAPSHOTS],
+            delay: SmoothedDelay::default(),
+            base: Windowed::min(BASE_WINDOW),
+            propagation: Windowed::min(PROPAGATION_WINDOW),
+            busy_until: None,
+            limited: false,
+            lost: 0.0,
+            sent: 0.0,
+            send_rate: 0.0,
+            send_mark: None,
+        }
+    }
+}
+
+impl Outbound {
+    /// Capacity estimate in bytes per second.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// Whether the estimate comes from reports (false: the initial guess,
+    /// e.g. for a peer whose braid reports no deliveries).
+    pub fn is_measured(&self) -> bool {
+        self.measured
+    }
+
+    pub fn delivered_rate(&self) -> f64 {
+        self.delivered_rate
+    }
+
+    /// What this side currently sends on the path, bytes per second.
+    pub fn send_rate(&self) -> f64 {
+        self.send_rate
+    }
+
+    /// Data loss towards the peer, 0..=1.
+    pub fn loss(&self) -> f64 {
+        if self.sent < 1.0 {
+            0.0
+        } else {
+            (self.lost / self.sent).clamp(0.0, 1.0)
+        }
+    }
+
+    /// The line's queue now: smoothed one-way delay above its base.
+    pub fn queueing_delay(&self) -> Option<Duration> {
+        let (v, b) = (self.delay.value?, self.base.get()?);
+        Some(Duration::from_micros((v - b as f64).max(0.0) as u64))
+    }
+
+    /// One-way delay the scheduler plans with (with the clocks' offset).
+    pub fn propagation_us(&self) -> Option<i64> {
+        self.propagation.get()
+    }
+
+    /// A probe leaves at `now` with sequence `seq` after `data_packets`
+    /// data packets.
+    pub fn on_probe_sent(&mut self, now: Instant, seq: u32, data_packets: u64) {
+        let backlog = self.backlog(now);
+        self.snapshots[seq as usize % SNAPSHOTS] = (seq, data_packets, backlog);
+    }
+
+    /// How long until the line has sent what the scheduler gave it.
+    pub fn backlog(&self, now: Instant) -> Duration {
+        self.busy_until
+            .map_or(Duration::ZERO, |b| b.saturating_duration_since(now))
+    }
+
+    /// Every probe interval: how much this side sends on the path, and
+    /// whether the reports have gone quiet while it does.
+    pub fn on_tick(&mut self, now: Instant, tx_bytes: u64) {
+        let mut sending = false;
+        if let Some((t, b)) = self.send_mark {
+            let dt = now.saturating_duration_since(t).as_secs_f64();
+            if dt > 0.0 {
+                let r = tx_bytes.saturating_sub(b) as f64 / dt;
+                self.send_rate = 0.75 * self.send_rate + 0.25 * r;
+                sending = r > 0.0;
+            }
+        }
+        self.send_mark = Some((now, tx_bytes));
+        let quiet = self
+            .reported_at
+            .is_some_and(|t| now.saturating_duration_since(t) > SILENCE);
+        if sending && quiet {
+            self.rate = (self.rate / 2.0).max(MIN_RATE);
+        }
+    }
+
+    /// The echo of probe `seq` (sent at `sent_us` in our clock) with the
+    /// peer's `report`, arriving at `now`.
+    pub fn on_report(&mut self, now: Instant, seq: u32, sent_us: u64, report: Delivery) {
+        // Offset plus delay: may be negative, and the difference of two
+        // u64 clocks is taken as the signed distance between them.
+        let owd = report.received_us.wrapping_sub(sent_us) as i64;
+        self.reported_at = Some(now);
+        self.delay.sample(owd);
+        self.base.update(now, owd);
+        self.propagation.update(now, owd);
+        let snapshot = match self.snapshots[seq as usize % SNAPSHOTS] {
+            (s, n, backlog) if s == seq => Some((n, backlog)),
+            _ => None,
+        };
+        if let (Some((_, planned)), Some(base)) = (snapshot, self.base.get()) {
+            self.correct_backlog(now, planned, owd.saturating_sub(base));
+        }
+        let sent_before = snapshot.map(|(n, _)| n);
+        let Some((last, last_sent)) = self.last else {
+            self.last = Some((report, sent_before));
+            return;
+        };
+        let dt = report.received_us.wrapping_sub(last.received_us);
+        if (dt as i64) < 0 {
+            return; // from before the last one: a reordered echo
+        }
+        if dt > MAX_INTERVAL_US {
+            self.last = Some((report, sent_before));
+            return;
+        }
+        if dt < MIN_INTERVAL_US {
+            return; // merged into the next interval
+        }
+        self.last = Some((report, sent_before));
+        let bytes = report.data_bytes.wrapping_sub(last.data_bytes);
+        let packets = report.data_packets.wrapping_sub(last.data_packets);
+        if bytes > 1 << 50 || packets > 1 << 40 {
+            return; // the peer's counters went backwards: a restart
+        }
+        let delivered = bytes as f64 / (dt as f64 / 1e6);
+        self.delivered_rate = delivered;
+        let full = self.queueing_delay().is_some_and(|q| {
+            let allowance = Duration::from_micros(self.delay.deviation as u64).min(QUEUE_FULL);
+            q > QUEUE_FULL + allowance
+        });
+        // Loss is the line's own only while it has no queue: a full line
+        // drops what it cannot carry, and that says nothing about its
+        // quality.
+        if let (Some(now_sent), Some(then_sent), false) = (sent_before, last_sent, full) {
+            let sent = now_sent.saturating_sub(then_sent);
+            self.lost = self.lost * LOSS_MEMORY + sent.saturating_sub(packets) as f64;
+            self.sent = self.sent * LOSS_MEMORY + sent as f64;
+        }
+        self.rate = if full {
+            // A full line delivers what it can.
+            self.delivered_max.reset(now, delivered);
+            delivered
+        } else {
+            self.delivered_max.update(now, delivered);
+            let seen = self.delivered_max.get().unwrap_or(delivered);
+            if self.limited {
+                seen.max(self.rate / GROWTH) * GROWTH
+            } else {
+                self.rate.max(seen)
+            }
+        }
+        .clamp(MIN_RATE, MAX_RATE);
+        self.measured = true;
+        self.limited = false;
+    }
+}
+
+impl Outbound {
+    /// The scheduler planned a queue of `planned` on the line when a probe
+    /// left, and the probe found `found_us` (microseconds): the line
+    /// dropped what did not fit, or queues traffic of others, or its delay
+    /// changed. The clock moves by the difference, so plans start from
+    /// what the line does rather than drift away from it.
+    fn correct_backlog(&mut self, now: Instant, planned: Duration, found_us: i64) {
+        let found = Duration::from_micros(found_us.max(0) as u64);
+        let Some(busy) = self.busy_until else {
+            return;
+        };
+        self.busy_until = if planned > found {
+            busy.checked_sub(planned - found).map(|b| b.max(now))
+        } else {
+            let more = (found - planned).min(super::schedule::MAX_BACKLOG);
+            Some(busy.max(now).checked_add(more).unwrap_or(busy))
+        };
+    }
+}
+
+/// The peer's probes to us on one path: their one-way delay.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Inbound {
+    pub delay: SmoothedDelay,
+}
+
+impl Inbound {
+    /// A probe the peer sent at `sent_us` (its clock) arrived at `now_us`
+    /// (ours).
+    pub fn on_probe(&mut self, sent_us: u64, now_us: u64) {
+        self.delay.sample(now_us.wrapping_sub(sent_us) as i64);
+    }
+}

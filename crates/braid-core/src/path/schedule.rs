@@ -1,0 +1,156 @@
+//! Which paths carry a packet.
+//!
+//! Aggregate mode sends each packet where it arrives first, the idea of the
+//! ECF and BLEST schedulers of Multipath TCP. For each usable line the
+//! expected arrival is: the time until the line has sent what it was
+//! already given (a clock per line, advanced by each packet's transmission
+//! time at the line's estimated capacity), plus this packet's own
+//! transmission time, plus the line's one-way delay above the quickest
+//! line's. So:
+//!
+//! * while the quickest line keeps up, every packet takes it, and a bond
+//!   is never slower than its best line for a stream that line can carry;
+//! * a slower line gets a packet once the quick one's queue is as long as
+//!   the delay difference, and then as many as its capacity takes: packets
+//!   arrive about in order, and each line gets traffic at its estimated
+//!   rate, not more (a slow line's queue stays short);
+//! * each probe's echo says how long the line's queue really was when the
+//!   probe passed; the clock is corrected by the difference from what was
+//!   planned (a drop-tail line drops what does not fit, others share it,
+//!   its delay changes), so a line's clock stays within its real queue,
+//!   and a line whose delay is more than that queue above the best one's
+//!   carries nothing: a 2 Mbit/s line with 300 ms does not slow a
+//!   100 Mbit/s line with 10 ms and a 100 ms queue;
+//! * when every line's clock is more than [`MAX_BACKLOG`] ahead, more is
+//!   offered than all carry: the clocks move back alike, and the split
+//!   stays by capacity.
+//!
+//! A line that loses data (more than [`LOSSY`]) carries nothing while a
+//! line that does not is usable: one lost packet in a hundred is enough to
+//! keep a cubic sender's window small, and the receiver cannot tell a loss
+//! on one line from reordering until the hold runs out. Its probes keep
+//! measuring it, and it is back in use once its loss estimate decays.
+
+use super::{Mode, Path, MAX_PATHS};
+use std::time::{Duration, Instant};
+
+/// How far ahead of now a line's clock may run: the most queueing the
+/// scheduler plans for on one line.
+pub const MAX_BACKLOG: Duration = Duration::from_millis(150);
+/// A line whose clock was this far ahead when it was given a packet was
+/// busy at its estimated rate: if it still shows no queue, the estimate is
+/// low (see `Outbound::on_report`).
+const LIMITED_BACKLOG: Duration = Duration::from_millis(5);
+/// Data loss above which a line is left out while a cleaner one is up.
+pub const LOSSY: f64 = 0.01;
+
+/// Which paths carry the next packet (`packet_len` bytes on the wire) at
+/// `now`: indices into the peer's paths. Returns how many were written to
+/// `out`.
+pub fn select(
+    mode: Mode,
+    paths: &mut [Path],
+    now: Instant,
+    packet_len: usize,
+    out: &mut [usize; MAX_PATHS],
+) -> usize {
+    let any_up = paths.iter().any(Path::is_up);
+    // Before probing has a verdict, or when every line looks dead, every
+    // path is a candidate: better to try than to go silent.
+    let usable = |p: &Path| !any_up || p.is_up();
+    match mode {
+        Mode::Redundant => {
+            let mut n = 0;
+            for (i, p) in paths.iter().enumerate() {
+                if usable(p) {
+                    out[n] = i;
+                    n += 1;
+                }
+            }
+            n
+        }
+        Mode::Failover => match paths.iter().position(usable) {
+            Some(i) => {
+                out[0] = i;
+                1
+            }
+            None => 0,
+        },
+        Mode::Aggregate => match earliest_arrival(paths, now, packet_len, usable) {
+            Some(i) => {
+                out[0] = i;
+                1
+            }
+            None => 0,
+        },
+    }
+}
+
+/// The usable path where a packet of `len` bytes arrives first; its clock
+/// is advanced by the packet.
+fn earliest_arrival(
+    paths: &mut [Path],
+    now: Instant,
+    len: usize,
+    usable: impl Fn(&Path) -> bool,
+) -> Option<usize> {
+    let clean = paths.iter().any(|p| usable(p) && p.outbound.loss() < LOSSY);
+    let candidate = |p: &Path| usable(p) && (!clean || p.outbound.loss() < LOSSY);
+    let quickest = paths
+        .iter()
+        .filter(|p| candidate(p))
+        .filter_map(|p| p.outbound.propagation_us())
+        .min();
+    let mut best: Option<(Duration, usize)> = None;
+    for (i, p) in paths.iter().enumerate() {
+        if !candidate(p) {
+            continue;
+        }
+        let extra_delay = match (p.outbound.propagation_us(), quickest) {
+            (Some(d), Some(q)) => Duration::from_micros(d.saturating_sub(q).max(0) as u64),
+            // Not measured yet while another line is: used only once the
+            // measured ones are full.
+            (None, Some(_)) => MAX_BACKLOG,
+            _ => Duration::ZERO,
+        };
+        let arrival = backlog(p, now)
+            .saturating_add(transmission(len, p.outbound.rate()))
+            .saturating_add(extra_delay);
+        if best.is_none_or(|(a, _)| arrival < a) {
+            best = Some((arrival, i));
+        }
+    }
+    let (_, i) = best?;
+    let waiting = backlog(&paths[i], now);
+    let o = &mut paths[i].outbound;
+    if waiting > LIMITED_BACKLOG {
+        o.limited = true;
+    }
+    let tx = transmission(len, o.rate());
+    o.busy_until = now.checked_add(waiting.saturating_add(tx));
+    // Every candidate more than MAX_BACKLOG behind: more is offered than
+    // all of them carry. All clocks move back alike, which keeps the split
+    // by capacity and the plan within reach of the lines' queues.
+    let least = paths
+        .iter()
+        .filter(|p| candidate(p))
+        .map(|p| backlog(p, now))
+        .min()
+        .unwrap_or_default();
+    if let Some(excess) = least.checked_sub(MAX_BACKLOG).filter(|e| !e.is_zero()) {
+        for p in paths.iter_mut().filter(|p| candidate(p)) {
+            p.outbound.busy_until = p.outbound.busy_until.and_then(|b| b.checked_sub(excess));
+        }
+    }
+    Some(i)
+}
+
+/// How long until the line has sent what it was given.
+fn backlog(p: &Path, now: Instant) -> Duration {
+    p.outbound.backlog(now)
+}
+
+/// Time to send `len` bytes at `rate` bytes per second.
+fn transmission(len: usize, rate: f64) -> Duration {
+    Duration::try_from_secs_f64(len as f64 / rate).unwrap_or(Duration::MAX)
+}

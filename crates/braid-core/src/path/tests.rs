@@ -1,0 +1,161 @@
+//! Unit tests of a path's probes, loss and state.
+#![allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
+
+use super::*;
+use crate::test_time::end_of_time;
+
+fn path() -> Path {
+    Path::new("test", 0, "198.18.0.1:51820".parse().unwrap(), true)
+}
+
+#[test]
+fn echoed_timestamps_from_the_dawn_of_time_saturate() {
+    let t0 = Instant::now();
+    let far = end_of_time(t0);
+    let mut p = path();
+    for _ in 0..3 {
+        let seq = p.take_probe_seq();
+        // The peer echoes the oldest timestamp there is, seen at the
+        // latest instant there is: an RTT of centuries, 7 * srtt beyond
+        // Duration.
+        p.on_echo(far, seq, t0, 1);
+    }
+    let srtt = p.srtt.expect("sampled");
+    assert!(srtt >= (far - t0) / 8, "{srtt:?}");
+    p.on_rx(far, 100);
+    assert!(p.update_state(far));
+    assert!(
+        p.is_up(),
+        "the dead-after allowance is capped, not overflowed"
+    );
+    assert!(crate::pmtud::probe_timeout(p.srtt, p.rttvar) <= crate::pmtud::PROBE_TIMEOUT_MAX);
+}
+
+#[test]
+fn echoes_of_unsent_probes_or_from_the_future_measure_nothing() {
+    let now = Instant::now() + Duration::from_secs(10);
+    let mut p = path();
+    for _ in 0..5 {
+        p.take_probe_seq();
+    }
+    // (case, seq): probes not sent yet, however far ahead.
+    for (case, seq) in [(1, 5u32), (2, 100), (3, 5 + (1 << 31) - 1)] {
+        p.on_echo(now, seq, now - Duration::from_millis(1), 5);
+        assert_eq!((p.srtt, p.echo_bits), (None, 0), "case {case}");
+    }
+    // A sent probe echoed with a timestamp later than now: it was
+    // answered, but there is no round trip to learn from.
+    p.on_echo(now, 4, now + Duration::from_secs(1), 5);
+    assert_eq!((p.srtt, p.min_rtt, p.echo_bits), (None, None, 1));
+    p.on_echo(now, 3, now - Duration::from_millis(20), 5);
+    assert_eq!(p.srtt, Some(Duration::from_millis(20)));
+    assert_eq!(p.counters.echoes_received, 5);
+}
+
+#[test]
+fn loss_window_survives_the_probe_sequence_wrapping() {
+    let now = Instant::now();
+    let mut p = path();
+    p.next_probe_seq = u32::MAX - 9;
+    let seqs: Vec<u32> = (0..20).map(|_| p.take_probe_seq()).collect();
+    assert_eq!(seqs[9], u32::MAX);
+    assert_eq!(seqs[10], 0);
+    // Only the ten probes before the wrap are answered: 7 of the 17
+    // probes old enough to count are lost, wherever the wrap falls.
+    for &s in &seqs[..10] {
+        p.on_echo(now, s, now, 20);
+    }
+    assert!((p.loss() - 7.0 / 17.0).abs() < 1e-12, "{}", p.loss());
+    for &s in &seqs[10..] {
+        p.on_echo(now, s, now, 20);
+    }
+    assert_eq!(p.loss(), 0.0);
+}
+
+#[test]
+fn reverse_loss_counts_modulo_2_32_and_ignores_wild_jumps() {
+    let mut p = path();
+    // 2^32 - 5 probes received without loss so far, then the peer's
+    // sequence wraps; one probe (seq 0) is lost.
+    p.probes_received = u64::from(u32::MAX) - 4;
+    p.highest_probe_seq_received = Some(u32::MAX - 5);
+    for seq in (u32::MAX - 4..=u32::MAX).chain(1..=4) {
+        p.on_probe(seq);
+    }
+    assert_eq!(p.highest_probe_seq_received, Some(4));
+    let want = 1.0 / (1.0 + p.probes_received as f64);
+    assert!(
+        (p.reverse_loss() - want).abs() < 1e-18,
+        "{}",
+        p.reverse_loss()
+    );
+
+    // A fresh path: ten probes, then one numbered u32::MAX (far behind
+    // in serial order) must not make everything look lost.
+    let mut p = path();
+    for seq in 0..10 {
+        p.on_probe(seq);
+    }
+    assert_eq!(p.on_probe(u32::MAX), 11);
+    assert_eq!(p.highest_probe_seq_received, Some(9));
+    assert_eq!(p.reverse_loss(), 0.0);
+    // A jump forward by almost 2^31 is taken at its word, within 0..=1.
+    p.on_probe((1 << 31) - 1);
+    let l = p.reverse_loss();
+    assert!(l > 0.99 && l <= 1.0, "{l}");
+}
+
+#[test]
+fn forward_loss_reads_the_peers_count_modulo_2_32() {
+    let mut p = path();
+    // 2^32 + 103 probes sent; the peer got all but ten of the ones old
+    // enough to count, and its 32-bit count has wrapped.
+    p.counters.probes_sent = (1 << 32) + 103;
+    p.peer_rx_probes = ((1u64 << 32) + 90) as u32;
+    let want = 10.0 / ((1u64 << 32) + 100) as f64;
+    assert!((p.forward_loss() - want).abs() < 1e-18);
+    // A peer claiming more than we sent (restarted, or lying): no loss.
+    for ahead in [1, 100, (1 << 31) - 1] {
+        p.peer_rx_probes = 100u32.wrapping_add(ahead);
+        assert_eq!(p.forward_loss(), 0.0, "{ahead} ahead");
+    }
+    // Whatever it claims, the loss is a fraction.
+    for claim in [0, 1, 1 << 31, u32::MAX - 1, u32::MAX] {
+        p.peer_rx_probes = claim;
+        assert!((0.0..=1.0).contains(&p.forward_loss()), "{claim}");
+    }
+    p.counters.probes_sent = 0;
+    assert_eq!(p.forward_loss(), 0.0);
+}
+
+#[test]
+fn counters_saturate() {
+    let now = Instant::now();
+    let mut p = path();
+    p.counters = PathCounters {
+        rx_packets: u64::MAX,
+        rx_bytes: u64::MAX - 1,
+        tx_packets: u64::MAX,
+        tx_bytes: u64::MAX - 1,
+        first_arrivals: 0,
+        probes_sent: u64::MAX,
+        echoes_received: u64::MAX,
+        data_rx_packets: u64::MAX,
+        data_rx_bytes: u64::MAX - 1,
+    };
+    p.probes_received = u64::MAX;
+    p.on_rx(now, usize::MAX);
+    p.on_tx(1500);
+    p.on_data_rx(now, usize::MAX);
+    let seq = p.take_probe_seq();
+    p.on_echo(now, seq, now, 0);
+    assert_eq!(p.on_probe(7), u32::MAX);
+    let c = p.counters;
+    assert_eq!(
+        [c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes],
+        [u64::MAX; 4]
+    );
+    assert_eq!([c.probes_sent, c.echoes_received], [u64::MAX; 2]);
+    assert_eq!([c.data_rx_packets, c.data_rx_bytes], [u64::MAX; 2]);
+    assert_eq!(p.probes_received, u64::MAX);
+}
