@@ -15,8 +15,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 /// A path that carried data from the peer within this long is one the
-/// reorder window waits for.
-pub const DATA_RECENT: Duration = Duration::from_secs(1);
+/// reorder window waits for (longer than the peer's scheduler leaves a
+/// line it uses idle, short enough that a line it stopped using soon stops
+/// holding gaps up).
+pub const DATA_RECENT: Duration = Duration::from_millis(300);
 
 /// Name of the path made from the plain `Endpoint`.
 pub const ENDPOINT_PATH: &str = "endpoint";
@@ -290,9 +292,13 @@ impl Peer {
     }
 
     /// Which paths the reorder window should expect packets on: the live
-    /// ones that carried data lately (a live line the peer sends nothing
-    /// on would keep every gap waiting for the whole hold), else the live
-    /// ones, else all while none is known to be live.
+    /// ones that carried data lately, and the live ones whose delay (from
+    /// the peer's probes) is within the peer scheduler's reach of the
+    /// quickest line's: it may start using them any moment, and the first
+    /// packet on such a line must not find its gap given up. A live line
+    /// beyond that reach that carries nothing is not waited for (a gap
+    /// would wait for it the whole hold). Else all live ones; else all
+    /// while none is known to be live.
     pub fn live_path_mask(&self, now: Instant) -> u8 {
         let mask = |keep: &dyn Fn(&Path) -> bool| {
             self.paths
@@ -302,9 +308,20 @@ impl Peer {
                 .filter(|(_, p)| keep(p))
                 .fold(0u8, |m, (i, _)| m | (1 << i))
         };
-        let carrying = mask(&|p| p.is_up() && p.carries_data(now, DATA_RECENT));
-        if carrying != 0 {
-            return carrying;
+        let quickest = self
+            .paths
+            .iter()
+            .filter(|p| p.is_up())
+            .filter_map(|p| p.inbound.delay.value)
+            .fold(f64::INFINITY, f64::min);
+        let reach = crate::path::MAX_BACKLOG.as_secs_f64() * 1e6;
+        let expected = mask(&|p| {
+            p.is_up()
+                && (p.carries_data(now, DATA_RECENT)
+                    || p.inbound.delay.value.is_some_and(|d| d - quickest <= reach))
+        });
+        if expected != 0 {
+            return expected;
         }
         let up = mask(&|p| p.is_up());
         if up != 0 {

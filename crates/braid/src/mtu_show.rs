@@ -119,6 +119,7 @@ mod tests {
             loss: 0.0,
             loss_out: 0.0,
             loss_in: 0.0,
+            estimate: None,
             pmtu: Some(PmtuSnapshot {
                 state: "complete".into(),
                 mtu: 1368,

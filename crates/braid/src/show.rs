@@ -133,9 +133,21 @@ fn path_line(out: &mut String, p: &Paint, path: &crate::uapi::PathSnapshot) {
             path.loss_in * 100.0
         )
     };
+    let estimate = match &path.estimate {
+        Some(e) => format!(
+            "; estimate {} (delivered {}), sending {} = {:.0}% of the peer's, queue {}, data loss {:.1}%",
+            rate(e.rate_bps),
+            rate(e.delivered_bps),
+            rate(e.send_bps),
+            e.share * 100.0,
+            e.queue_us.map_or_else(|| "?".to_string(), ms),
+            e.data_loss * 100.0
+        ),
+        None => String::new(),
+    };
     let _ = writeln!(
         out,
-        "  {b}path {}{r}: {} {}{rtt}{loss}; rx {} pkts ({}), tx {} pkts ({}), first arrivals {}",
+        "  {b}path {}{r}: {} {}{rtt}{loss}; rx {} pkts ({}), tx {} pkts ({}), first arrivals {}{estimate}",
         path.name,
         path.remote,
         path.state,
@@ -145,6 +157,15 @@ fn path_line(out: &mut String, p: &Paint, path: &crate::uapi::PathSnapshot) {
         bytes(p, path.tx_bytes),
         path.first_arrivals
     );
+}
+
+/// Bits per second, as people read line rates.
+fn rate(bps: u64) -> String {
+    match bps {
+        b if b >= 1_000_000_000 => format!("{:.2} Gbit/s", b as f64 / 1e9),
+        b if b >= 1_000_000 => format!("{:.1} Mbit/s", b as f64 / 1e6),
+        b => format!("{:.0} kbit/s", b as f64 / 1e3),
+    }
 }
 
 /// `wg show`'s JSON counterpart: the snapshot without any secret, keys in
@@ -389,6 +410,14 @@ peer: {p4}
             loss_out: 1.0,
             loss_in: 1.0,
             pmtu: None,
+            estimate: Some(crate::uapi::EstimateSnapshot {
+                rate_bps: u64::MAX,
+                delivered_bps: 2_500_000,
+                send_bps: 999,
+                share: 1.0,
+                queue_us: Some(u64::MAX),
+                data_loss: 1.0,
+            }),
         }];
         let text = render_text("wg0", &snap, now(), false);
         assert!(text.contains("transfer: 16777216.00 TiB received, 16777216.00 TiB sent"));
@@ -396,6 +425,10 @@ peer: {p4}
         assert!(text.contains("braid reordered: 18446744073709551615"));
         assert!(text.contains("System clock wound backward"));
         assert!(text.contains("rx 18446744073709551615 pkts (16777216.00 TiB)"));
+        assert!(
+            text.contains("estimate 18446744073.71 Gbit/s (delivered 2.5 Mbit/s), sending 1 kbit/s = 100% of the peer's"),
+            "{text}"
+        );
         let json = render_json("wg0", &snap);
         assert!(json.contains("18446744073709551615"));
     }

@@ -48,8 +48,10 @@ const DELIVERY_WINDOW: Duration = Duration::from_millis(500);
 /// its probes too: full or dying. Its estimate halves per probe interval
 /// until a report comes.
 const SILENCE: Duration = Duration::from_millis(250);
-/// A queue (smoothed one-way delay above the minimum) above this plus the
-/// delay's mean deviation means the line is full.
+/// A queue (one-way delay above the minimum) above this when a probe
+/// passed, and when the one before it passed, means the line was busy all
+/// the time between: what it delivered then is what it can carry. (One
+/// probe behind a burst finds a queue too; two in a row do not.)
 const QUEUE_FULL: Duration = Duration::from_millis(5);
 /// Window of the minimum one-way delay taken as the line's base delay: a
 /// queue lasting longer than this is taken for a longer line (and a line
@@ -68,6 +70,9 @@ const MAX_INTERVAL_US: u64 = 2_000_000;
 /// Per report, what the loss estimate keeps of its past (about a second's
 /// memory at 20 reports a second).
 const LOSS_MEMORY: f64 = 0.95;
+/// Data packets (decayed) the loss estimate needs before it says anything:
+/// one lost packet among the first fifty is no 2 % loss.
+const MIN_LOSS_SAMPLE: f64 = 300.0;
 /// Probes whose send-time counts are kept until their echo comes back (a
 /// round trip of up to 16 probe intervals, 0.8 s).
 const SNAPSHOTS: usize = 16;
@@ -203,6 +208,8 @@ pub struct Outbound {
     delivered_max: Windowed<f64>,
     /// When the latest report came.
     reported_at: Option<Instant>,
+    /// The queue the latest probe found.
+    last_queue: Duration,
     /// The report the next interval is measured from.
     last: Option<(Delivery, Option<u64>)>,
     /// When each recent probe left: (probe sequence, data packets sent on
@@ -234,6 +241,7 @@ impl Default for Outbound {
             delivered_rate: 0.0,
             delivered_max: Windowed::max(DELIVERY_WINDOW),
             reported_at: None,
+            last_queue: Duration::ZERO,
             last: None,
             snapshots: [(u32::MAX, 0, Duration::ZERO); SNAPSHOTS],
             delay: SmoothedDelay::default(),
@@ -270,9 +278,10 @@ impl Outbound {
         self.send_rate
     }
 
-    /// Data loss towards the peer, 0..=1.
+    /// Data loss towards the peer, 0..=1 (0 until enough data was sent to
+    /// tell).
     pub fn loss(&self) -> f64 {
-        if self.sent < 1.0 {
+        if self.sent < MIN_LOSS_SAMPLE {
             0.0
         } else {
             (self.lost / self.sent).clamp(0.0, 1.0)
@@ -338,9 +347,13 @@ impl Outbound {
             (s, n, backlog) if s == seq => Some((n, backlog)),
             _ => None,
         };
-        if let (Some((_, planned)), Some(base)) = (snapshot, self.base.get()) {
-            self.correct_backlog(now, planned, owd.saturating_sub(base));
+        let queue_us = self.base.get().map_or(0, |base| owd.saturating_sub(base));
+        if let Some((_, planned)) = snapshot {
+            self.correct_backlog(now, planned, queue_us);
         }
+        let queue = Duration::from_micros(queue_us.max(0) as u64);
+        let full = queue > QUEUE_FULL && self.last_queue > QUEUE_FULL;
+        self.last_queue = queue;
         let sent_before = snapshot.map(|(n, _)| n);
         let Some((last, last_sent)) = self.last else {
             self.last = Some((report, sent_before));
@@ -365,17 +378,17 @@ impl Outbound {
         }
         let delivered = bytes as f64 / (dt as f64 / 1e6);
         self.delivered_rate = delivered;
-        let full = self.queueing_delay().is_some_and(|q| {
-            let allowance = Duration::from_micros(self.delay.deviation as u64).min(QUEUE_FULL);
-            q > QUEUE_FULL + allowance
-        });
         // Loss is the line's own only while it has no queue: a full line
         // drops what it cannot carry, and that says nothing about its
         // quality.
         if let (Some(now_sent), Some(then_sent), false) = (sent_before, last_sent, full) {
-            let sent = now_sent.saturating_sub(then_sent);
-            self.lost = self.lost * LOSS_MEMORY + sent.saturating_sub(packets) as f64;
-            self.sent = self.sent * LOSS_MEMORY + sent as f64;
+            // Signed: a packet counted as sent before a probe may leave
+            // just after it (data and probes leave in different batches),
+            // and then arrives in the next interval, more than was sent.
+            let sent = now_sent.saturating_sub(then_sent) as f64;
+            let lost = sent - packets as f64;
+            self.lost = (self.lost * LOSS_MEMORY + lost).max(0.0);
+            self.sent = self.sent * LOSS_MEMORY + sent;
         }
         self.rate = if full {
             // A full line delivers what it can.
@@ -410,8 +423,10 @@ impl Outbound {
         self.busy_until = if planned > found {
             busy.checked_sub(planned - found).map(|b| b.max(now))
         } else {
-            let more = (found - planned).min(super::schedule::MAX_BACKLOG);
-            Some(busy.max(now).checked_add(more).unwrap_or(busy))
+            let limit = now.checked_add(super::schedule::MAX_BACKLOG);
+            let more = found - planned;
+            let moved = busy.max(now).checked_add(more).unwrap_or(busy);
+            Some(limit.map_or(moved, |l| moved.min(l.max(busy))))
         };
     }
 }

@@ -14,7 +14,7 @@ pub mod estimate;
 mod schedule;
 
 pub use estimate::{Delivery, Inbound, Outbound};
-pub use schedule::select;
+pub use schedule::{select, MAX_BACKLOG};
 
 /// Paths per peer (configured and learned together).
 pub const MAX_PATHS: usize = 8;

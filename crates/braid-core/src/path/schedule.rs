@@ -25,6 +25,10 @@
 //!   offered than all carry: the clocks move back alike, and the split
 //!   stays by capacity.
 //!
+//! Until an echo has measured some line, packets take the first usable
+//! one. A line not yet measured while another is gets a packet only once
+//! the measured ones are [`MAX_BACKLOG`] behind.
+//!
 //! A line that loses data (more than [`LOSSY`]) carries nothing while a
 //! line that does not is usable: one lost packet in a hundred is enough to
 //! keep a cubic sender's window small, and the receiver cannot tell a loss
@@ -34,8 +38,9 @@
 use super::{Mode, Path, MAX_PATHS};
 use std::time::{Duration, Instant};
 
-/// How far ahead of now a line's clock may run: the most queueing the
-/// scheduler plans for on one line.
+/// The most queueing the scheduler plans for on one line, and the largest
+/// delay above the quickest line's that a line may have to be used at all
+/// (the receiver's reorder window waits that long for a line that is idle).
 pub const MAX_BACKLOG: Duration = Duration::from_millis(150);
 /// A line whose clock was this far ahead when it was given a packet was
 /// busy at its estimated rate: if it still shows no queue, the estimate is
@@ -101,6 +106,12 @@ fn earliest_arrival(
         .filter(|p| candidate(p))
         .filter_map(|p| p.outbound.propagation_us())
         .min();
+    if quickest.is_none() {
+        // Nothing measured yet (the first round trip of a session): the
+        // first line, as failover would, rather than a guess at the split
+        // that may put the first packets on a line ten times slower.
+        return paths.iter().position(candidate);
+    }
     let mut best: Option<(Duration, usize)> = None;
     for (i, p) in paths.iter().enumerate() {
         if !candidate(p) {
@@ -110,9 +121,13 @@ fn earliest_arrival(
             (Some(d), Some(q)) => Duration::from_micros(d.saturating_sub(q).max(0) as u64),
             // Not measured yet while another line is: used only once the
             // measured ones are full.
-            (None, Some(_)) => MAX_BACKLOG,
-            _ => Duration::ZERO,
+            _ => MAX_BACKLOG,
         };
+        if extra_delay > MAX_BACKLOG {
+            // The peer's reorder window does not wait for such a line
+            // (`Peer::live_path_mask`): what it carried would come late.
+            continue;
+        }
         let arrival = backlog(p, now)
             .saturating_add(transmission(len, p.outbound.rate()))
             .saturating_add(extra_delay);

@@ -209,7 +209,7 @@ fn apply_peer(device: &mut Device, update: &PeerUpdate, now: Instant) -> Result<
     Ok(())
 }
 
-fn path_snapshot(path: &braid_core::path::Path) -> crate::uapi::PathSnapshot {
+fn path_snapshot(path: &braid_core::path::Path, total_send: f64) -> crate::uapi::PathSnapshot {
     use braid_core::path::PathState;
     let c = path.counters;
     crate::uapi::PathSnapshot {
@@ -232,7 +232,27 @@ fn path_snapshot(path: &braid_core::path::Path) -> crate::uapi::PathSnapshot {
         loss_out: path.forward_loss(),
         loss_in: path.reverse_loss(),
         pmtu: super::pmtu::snapshot(&path.pmtu),
+        estimate: estimate_snapshot(&path.outbound, total_send),
     }
+}
+
+fn estimate_snapshot(
+    o: &braid_core::path::Outbound,
+    total_send: f64,
+) -> Option<crate::uapi::EstimateSnapshot> {
+    let bits = |bytes_per_s: f64| (bytes_per_s * 8.0) as u64;
+    o.is_measured().then(|| crate::uapi::EstimateSnapshot {
+        rate_bps: bits(o.rate()),
+        delivered_bps: bits(o.delivered_rate()),
+        send_bps: bits(o.send_rate()),
+        share: if total_send > 0.0 {
+            o.send_rate() / total_send
+        } else {
+            0.0
+        },
+        queue_us: o.queueing_delay().map(micros),
+        data_loss: o.loss(),
+    })
 }
 
 /// The device as the UAPI reports it; `extra` carries braid's counters.
@@ -330,7 +350,12 @@ pub fn snapshot(
             .cipher
             .map(|c| c.name().to_string())
             .unwrap_or_default();
-        p.paths = info.paths.iter().map(path_snapshot).collect();
+        let total_send: f64 = info.paths.iter().map(|p| p.outbound.send_rate()).sum();
+        p.paths = info
+            .paths
+            .iter()
+            .map(|path| path_snapshot(path, total_send))
+            .collect();
         snap.peers.push(p);
     }
     snap

@@ -532,6 +532,7 @@ mod tests {
             loss_out: 0.0,
             loss_in: 0.0,
             pmtu: None,
+            estimate: None,
         };
         // (80 - 20) / 2 + 2 * 5 = 40 ms.
         let ms = suggested_hold_ms(&[path(20, 1), path(80, 5)]).unwrap();

@@ -232,6 +232,27 @@ pub struct PathSnapshot {
     /// WireGuard peer).
     #[serde(default)]
     pub pmtu: Option<PmtuSnapshot>,
+    /// What the line towards the peer carries (`None`: not measured, e.g.
+    /// a stock WireGuard peer).
+    #[serde(default)]
+    pub estimate: Option<EstimateSnapshot>,
+}
+
+/// The aggregate scheduler's view of one line towards the peer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EstimateSnapshot {
+    /// Estimated capacity and what the latest report interval delivered,
+    /// bits per second.
+    pub rate_bps: u64,
+    pub delivered_bps: u64,
+    /// What this side sends on the line now, bits per second, and its
+    /// share of what it sends on all lines to the peer (0..=1).
+    pub send_bps: u64,
+    pub share: f64,
+    /// Queue on the line (one-way delay above its minimum), microseconds.
+    pub queue_us: Option<u64>,
+    /// Data lost on the line while it was not full (0..=1).
+    pub data_loss: f64,
 }
 
 impl Eq for PathSnapshot {}
