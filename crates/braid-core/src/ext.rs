@@ -20,6 +20,9 @@
 //!   payload is zero-padded to `size` bytes so the datagram is exactly as
 //!   big as a data message carrying a `size`-byte packet. `PmtuAck` answers
 //!   it, small, with the same fields.
+//! - `Repair { from, count }`: the sender's data messages with counters
+//!   `from..from + count` (of the session the request is sealed in) did
+//!   not arrive; re-send them if you still have them (see `repair`).
 
 pub const MAX_PAYLOAD: usize = 48;
 /// The nonce prefix that separates extension messages from data messages.
@@ -37,6 +40,8 @@ const KIND_PROBE: u8 = 2;
 const KIND_ECHO: u8 = 3;
 const KIND_PMTU_PROBE: u8 = 4;
 const KIND_PMTU_ACK: u8 = 5;
+const KIND_REPAIR: u8 = 6;
+const REPAIR_LEN: usize = 1 + 8 + 2;
 
 pub use crate::path::Delivery;
 
@@ -52,6 +57,7 @@ pub enum ExtMessage {
     Echo(ProbeBody, Option<Delivery>),
     PmtuProbe(PmtuBody),
     PmtuAck(PmtuBody),
+    Repair { from: u64, count: u16 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +150,12 @@ impl ExtMessage {
                 b.write(kind, &mut out[..PMTU_LEN]);
                 PMTU_LEN
             }
+            ExtMessage::Repair { from, count } => {
+                out[0] = KIND_REPAIR;
+                out[1..9].copy_from_slice(&from.to_le_bytes());
+                out[9..11].copy_from_slice(&count.to_le_bytes());
+                REPAIR_LEN
+            }
         }
     }
 
@@ -187,6 +199,10 @@ impl ExtMessage {
                 (n == (b.size as usize).max(PMTU_LEN)).then_some(ExtMessage::PmtuProbe(b))
             }
             (&KIND_PMTU_ACK, PMTU_LEN) => Some(ExtMessage::PmtuAck(PmtuBody::read(payload)?)),
+            (&KIND_REPAIR, REPAIR_LEN) => Some(ExtMessage::Repair {
+                from: u64::from_le_bytes(payload[1..9].try_into().ok()?),
+                count: u16::from_le_bytes(payload[9..11].try_into().ok()?),
+            }),
             _ => None,
         }
     }
@@ -232,6 +248,10 @@ mod tests {
                     data_packets: 12_345,
                 }),
             ),
+            ExtMessage::Repair {
+                from: u64::MAX,
+                count: u16::MAX,
+            },
         ];
         for m in msgs {
             let mut buf = [0u8; MAX_PAYLOAD];

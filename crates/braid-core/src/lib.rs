@@ -20,6 +20,7 @@ pub mod peer;
 pub mod pmtud;
 pub mod ratelimiter;
 pub mod reorder;
+pub mod repair;
 pub mod replay;
 pub mod session;
 pub mod shaper;

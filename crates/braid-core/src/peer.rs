@@ -87,6 +87,9 @@ pub struct Peer {
     /// has moved on from them, so what still comes on them was sent before
     /// everything the window delivers now.
     pub reorder_retired: [Option<u32>; 2],
+    /// Aggregate mode: copies of what was sent lately, for repairs (made
+    /// when first needed; see `repair`).
+    pub sent_copies: Option<Box<crate::repair::SentCopies>>,
     /// `RateLimit =`: one token bucket per direction; `None`: unlimited.
     pub rate_limit: Option<crate::shaper::RateLimit>,
     /// This peer's `Compression =`; `None` follows the interface's.
@@ -178,6 +181,7 @@ impl Peer {
             reorder: ReorderWindow::new(ReorderConfig::default()),
             reorder_session: None,
             reorder_retired: [None; 2],
+            sent_copies: None,
             rate_limit: None,
             compression: None,
             lz4_session: None,
@@ -364,6 +368,26 @@ impl Peer {
         let (lo, hi, j) = by_rtt;
         let guessed = lo.map_or(Duration::ZERO, |l| (hi - l).saturating_add(j));
         measured.max(guessed)
+    }
+
+    /// Whether the peer's lines are bonded and a lost packet can be sent
+    /// again on another line: aggregate mode, a braid peer, two or more
+    /// lines up. Both ends keep copies and ask for repairs then.
+    pub fn repairs_losses(&self) -> bool {
+        self.mode == Mode::Aggregate
+            && self.speaks_braid()
+            && self.paths.iter().filter(|p| p.is_up()).count() >= 2
+    }
+
+    /// The up path with the shortest round trip (the primary when none is
+    /// measured): where repairs and their requests go.
+    pub fn quickest_path(&self) -> usize {
+        self.paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_up() && p.outbound.loss() < crate::path::LOSSY)
+            .min_by_key(|(_, p)| p.srtt.unwrap_or(Duration::MAX))
+            .map_or(0, |(i, _)| i)
     }
 
     /// Forgets learned paths that have been down for long.

@@ -65,6 +65,18 @@
 //! A ceiling of zero turns the window off: every packet passes straight
 //! through in arrival order and counts as Accepted.
 //!
+//! # Repair
+//!
+//! With a repair wait set ([`set_repair_wait`](ReorderWindow::set_repair_wait):
+//! the sender keeps copies of what it sent), a gap that rule 3 finds lost
+//! is not given up at once: the window asks for it
+//! ([`take_repair_request`](ReorderWindow::take_repair_request): the range
+//! of missing counters below the first held packet) and waits up to the
+//! repair wait for the copies the sender re-sends on its best line, never
+//! past the hold ceiling. Rule 1 still applies to a gap nobody asked for;
+//! a gap asked for goes at the later of the two, so the repair is not cut
+//! short by a hold shorter than a round trip.
+//!
 //! # Delivery and memory
 //!
 //! In-order packets take the zero-copy path: when
@@ -129,6 +141,9 @@ pub const LATENESS_HALF_LIFE: Duration = Duration::from_secs(5);
 /// A path must have passed a gap by this many times its slack before the
 /// gap is declared lost early (the same margin as the hold's 2 × lateness).
 pub const SLACK_FACTOR: u32 = 2;
+
+/// Repair requests remembered so their packets do not count as lateness.
+const ASKED_LEN: usize = 8;
 
 /// Samples of each path's progress kept to measure its lateness.
 const FRONTIER_LEN: usize = 32;
@@ -231,6 +246,8 @@ pub struct ReorderCounters {
     pub duplicated: u64,
     /// Counters given up (one per missing counter; starts at 0).
     pub lost: u64,
+    /// Gaps the sender was asked to repair (see *Repair*).
+    pub repairs_asked: u64,
 }
 
 /// What [`ReorderWindow::insert`] did with a packet.
@@ -456,6 +473,17 @@ pub struct ReorderWindow {
     skew: Duration,
     lateness: DecayingMax,
     given_up: VecDeque<GivenUp>,
+    /// How long a gap found lost waits for the sender's copy; `None`: no
+    /// repairs.
+    repair_wait: Option<Duration>,
+    /// The counters asked for (`from..to`) and until when they wait.
+    repair: Option<(u64, u64, Instant)>,
+    /// A request not yet taken: counters `from..to`.
+    repair_request: Option<(u64, u64)>,
+    /// The latest requests (`from..to`), whose packets come late on
+    /// purpose when they come.
+    asked: [(u64, u64); ASKED_LEN],
+    asked_next: usize,
     /// Latest time seen.
     now: Option<Instant>,
     counters: ReorderCounters,
@@ -487,6 +515,11 @@ impl ReorderWindow {
             skew: Duration::ZERO,
             lateness: DecayingMax::new(INITIAL_LATENESS),
             given_up: VecDeque::with_capacity(GIVEN_UP_LEN),
+            repair_wait: None,
+            repair: None,
+            repair_request: None,
+            asked: [(0, 0); ASKED_LEN],
+            asked_next: 0,
             now: None,
             counters: ReorderCounters::default(),
             cfg,
@@ -553,6 +586,18 @@ impl ReorderWindow {
         }
     }
 
+    /// What the hold is made of, as of the latest time seen: the path
+    /// skew the caller set and the lateness measured here (the hold is
+    /// skew + 2 × lateness + `HOLD_MARGIN`, within `MIN_HOLD` and the
+    /// ceiling), and the repair wait.
+    pub fn hold_parts(&self) -> (Duration, Duration, Option<Duration>) {
+        let lateness = match self.now {
+            Some(now) => self.lateness.value(now),
+            None => self.lateness.peak,
+        };
+        (self.skew, lateness, self.repair_wait)
+    }
+
     /// The measured reorder slack of `path` as of the latest time seen.
     pub fn path_slack(&self, path: usize) -> Duration {
         match (self.paths.get(path), self.now) {
@@ -595,6 +640,17 @@ impl ReorderWindow {
 
     /// The caller's measure of the delay difference between the live paths
     /// plus their jitter.
+    /// Asks the sender to repair gaps found lost, waiting `wait` for the
+    /// copies (`None`: no repairs).
+    pub fn set_repair_wait(&mut self, wait: Option<Duration>) {
+        self.repair_wait = wait;
+    }
+
+    /// The counters the sender should re-send (`from..to`), once per gap.
+    pub fn take_repair_request(&mut self) -> Option<(u64, u64)> {
+        self.repair_request.take()
+    }
+
     pub fn set_path_skew(&mut self, skew: Duration) {
         self.skew = skew;
     }
@@ -734,9 +790,12 @@ impl ReorderWindow {
         };
         let since = match self.entries.get(above) {
             Some(e) => {
-                // It fills (part of) a gap known since `e.since`.
-                self.lateness
-                    .sample(now, now.saturating_duration_since(e.since));
+                // It fills (part of) a gap known since `e.since`; a repair
+                // is late on purpose and teaches the hold nothing.
+                if !self.was_asked(counter) {
+                    self.lateness
+                        .sample(now, now.saturating_duration_since(e.since));
+                }
                 e.since
             }
             None => now,
@@ -795,6 +854,9 @@ impl ReorderWindow {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let now = self.now?;
         let head = self.entries.get(self.ready_len)?;
+        if let Some(due) = self.repair_due(head) {
+            return Some(due);
+        }
         match (self.deadline(head, now), self.early_loss_at(now)) {
             (Some(deadline), Some(early)) => Some(deadline.min(early)),
             (deadline, early) => deadline.or(early),
@@ -850,6 +912,9 @@ impl ReorderWindow {
             p.forget_progress();
         }
         self.given_up.clear();
+        self.repair = None;
+        self.repair_request = None;
+        self.asked = [(0, 0); ASKED_LEN];
     }
 
     // --- internals -------------------------------------------------------
@@ -1028,8 +1093,13 @@ impl ReorderWindow {
         }
     }
 
-    /// Path bookkeeping for a trusted `counter` that arrived on `path`.
+    /// Path bookkeeping for a trusted `counter` that arrived on `path`. A
+    /// counter that was asked for again is a repair: it came late on
+    /// purpose, and says nothing about how its line reorders.
     fn note_path(&mut self, now: Instant, counter: u64, path: usize) {
+        if self.was_asked(counter) {
+            return;
+        }
         let Some(p) = self.paths.get_mut(path) else {
             return;
         };
@@ -1038,6 +1108,13 @@ impl ReorderWindow {
             p.pass = Some((counter, now));
             self.passed |= 1 << path;
         }
+    }
+
+    /// Whether `counter` was asked for again lately.
+    fn was_asked(&self, counter: u64) -> bool {
+        self.asked
+            .iter()
+            .any(|&(from, to)| (from..to).contains(&counter))
     }
 
     /// When rule 3 gives up the head gap, if every live path has passed it.
@@ -1066,13 +1143,47 @@ impl ReorderWindow {
         head.since.checked_add(self.hold_at(now))
     }
 
-    /// Gives up head gaps while they are due (rules 1 and 3).
+    /// Until when the gap below `head` waits for its repair, if it was
+    /// asked for: the later of its repair wait and rule 1, within the
+    /// ceiling.
+    fn repair_due(&self, head: &Entry) -> Option<Instant> {
+        let (from, to, due) = self.repair?;
+        if !self.next.is_some_and(|n| (from..to).contains(&n)) {
+            return None;
+        }
+        let now = self.now?;
+        let latest = head.since.checked_add(self.cfg.hold_ceiling);
+        let due = match self.deadline(head, now) {
+            Some(d) => due.max(d),
+            None => due,
+        };
+        Some(latest.map_or(due, |l| due.min(l)))
+    }
+
+    /// Gives up head gaps while they are due (rules 1 and 3), or asks for
+    /// their repair (see *Repair*).
     fn expire(&mut self, now: Instant) {
         while let Some(head) = self.entries.get(self.ready_len).copied() {
-            let due = self.deadline(&head, now).is_some_and(|d| d <= now)
-                || self.early_loss_at(now).is_some_and(|at| at <= now);
-            if !due {
-                break;
+            if let Some(due) = self.repair_due(&head) {
+                if due > now {
+                    break;
+                }
+            } else {
+                let rule1 = self.deadline(&head, now).is_some_and(|d| d <= now);
+                let rule3 = self.early_loss_at(now).is_some_and(|at| at <= now);
+                if !rule1 && !rule3 {
+                    break;
+                }
+                if let (false, Some(wait), Some(next)) = (rule1, self.repair_wait, self.next) {
+                    if let Some(due) = now.checked_add(wait) {
+                        self.repair = Some((next, head.counter, due));
+                        self.repair_request = Some((next, head.counter));
+                        self.asked[self.asked_next] = (next, head.counter);
+                        self.asked_next = (self.asked_next + 1) % ASKED_LEN;
+                        self.counters.repairs_asked = self.counters.repairs_asked.saturating_add(1);
+                        continue;
+                    }
+                }
             }
             self.give_up(now, head.counter, head.since);
         }

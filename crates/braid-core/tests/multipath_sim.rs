@@ -413,3 +413,36 @@ fn split_follows_a_line_that_slows_down_and_recovers() {
     assert!(l1 > 9 * l2, "line 1 is back in use: {l1} against {l2}");
     assert_eq!(arrived(&net, next, end), (end - next) as usize);
 }
+
+/// 2 % random loss on the second line of a bond that needs it: the
+/// receiver asks for what it found lost and the sender sends it again on
+/// the first line, so the stream arrives complete and in order.
+#[test]
+fn losses_on_one_line_are_repaired_on_the_other() {
+    let lossy_line = LinkParams {
+        loss: 0.02,
+        ..capped(5.0, 40)
+    };
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), lossy_line, 25);
+    establish(&mut net);
+    let next = load(&mut net, 0, 22.0, Duration::from_secs(2));
+    let mark = net.capture.len();
+    let end = load(&mut net, next, 22.0, Duration::from_secs(4));
+    net.run_for(Duration::from_secs(1));
+    let l2 = data_on_line(&net, 2, mark);
+    assert!(l2 > 500, "the lossy line is still used: {l2}");
+    let info = net.peer_info(A);
+    let resent: u64 = info.paths.iter().map(|p| p.counters.resent).sum();
+    eprintln!(
+        "B reorder {:?} hold {:?}",
+        net.peer_info(B).reorder,
+        net.peer_info(B).reorder_hold
+    );
+    assert!(
+        resent > l2 / 100,
+        "re-sent {resent} of {l2} on the lossy line"
+    );
+    let delivered = arrived(&net, next, end) as f64 / f64::from(end - next);
+    assert!(delivered > 0.998, "delivered {delivered:.4}");
+    assert_eq!(in_order(&got(&net, B)), None);
+}

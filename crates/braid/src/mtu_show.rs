@@ -114,6 +114,7 @@ mod tests {
             tx_packets: 0,
             tx_bytes: 0,
             first_arrivals: 0,
+            resent: 0,
             rtt_us: None,
             jitter_us: None,
             loss: 0.0,

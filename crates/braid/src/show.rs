@@ -135,13 +135,14 @@ fn path_line(out: &mut String, p: &Paint, path: &crate::uapi::PathSnapshot) {
     };
     let estimate = match &path.estimate {
         Some(e) => format!(
-            "; estimate {} (delivered {}), sending {} = {:.0}% of the peer's, queue {}, data loss {:.1}%",
+            "; estimate {} (delivered {}), sending {} = {:.0}% of the peer's, queue {}, data loss {:.1}%, re-sent {}",
             rate(e.rate_bps),
             rate(e.delivered_bps),
             rate(e.send_bps),
             e.share * 100.0,
             e.queue_us.map_or_else(|| "?".to_string(), ms),
-            e.data_loss * 100.0
+            e.data_loss * 100.0,
+            path.resent
         ),
         None => String::new(),
     };
@@ -404,6 +405,7 @@ peer: {p4}
             tx_packets: u64::MAX,
             tx_bytes: u64::MAX,
             first_arrivals: u64::MAX,
+            resent: 7,
             rtt_us: Some(u64::MAX),
             jitter_us: Some(u64::MAX),
             loss: 1.0,

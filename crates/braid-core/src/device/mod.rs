@@ -46,6 +46,7 @@ mod multipath;
 mod pmtu;
 mod rate;
 mod receive;
+mod repair;
 mod send;
 mod state;
 
@@ -106,7 +107,16 @@ pub struct PeerInfo {
     pub persistent_keepalive: u16,
     pub reorder: ReorderCounters,
     pub reorder_hold: Duration,
+    /// What the hold is made of: the delay difference of the lines in use
+    /// (with their jitter), the lateness measured, the repair wait.
+    pub reorder_skew: Duration,
+    pub reorder_lateness: Duration,
+    pub repair_wait: Option<Duration>,
     pub reorder_held: usize,
+    /// Data messages re-sent because the peer asked, and asked for but no
+    /// longer kept (or over the budget).
+    pub resent: u64,
+    pub resend_unavailable: u64,
     pub last_handshake: Option<SystemTime>,
     pub allowed_ips: Vec<(IpAddr, u8)>,
     pub counters: crate::peer::PeerCounters,
@@ -134,6 +144,7 @@ impl Device {
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
             pmtu_probes: VecDeque::new(),
+            resends: VecDeque::new(),
             padding_cap: usize::MAX,
             too_big: Vec::new(),
             too_big_len: 0,
@@ -473,7 +484,12 @@ impl Device {
             persistent_keepalive: p.persistent_keepalive,
             reorder: p.reorder.counters(),
             reorder_hold: p.reorder.effective_hold(),
+            reorder_skew: p.reorder.hold_parts().0,
+            reorder_lateness: p.reorder.hold_parts().1,
+            repair_wait: p.reorder.hold_parts().2,
             reorder_held: p.reorder.held_packets(),
+            resent: p.sent_copies.as_ref().map_or(0, |c| c.resent),
+            resend_unavailable: p.sent_copies.as_ref().map_or(0, |c| c.unavailable),
             last_handshake: p.last_handshake,
             allowed_ips,
             counters: p.counters,
@@ -508,6 +524,7 @@ impl Device {
                 if p.reorder.ready_packets() > 0 {
                     self.reorder_ready_add(pid);
                 }
+                self.request_repairs(now, pid);
             }
             while let Some(t) = self.peers[pid]
                 .as_mut()

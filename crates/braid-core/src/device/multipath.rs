@@ -37,7 +37,8 @@ impl Device {
         }
         let mut chosen = [0usize; MAX_PATHS];
         let n = if p.speaks_braid() {
-            path::select(p.mode, &mut p.paths, now, len, &mut chosen)
+            let repairs = p.sent_copies.is_some() && p.repairs_losses();
+            path::select(p.mode, &mut p.paths, now, len, repairs, &mut chosen)
         } else {
             1
         };
@@ -158,6 +159,8 @@ impl Device {
         let (mask, skew) = (p.live_path_mask(now), p.path_skew(now));
         p.reorder.set_live_paths(mask);
         p.reorder.set_path_skew(skew);
+        self.update_repair_wait(pid);
+        let p = self.peers[pid].as_mut().expect("checked above");
         if p.speaks_braid() || p.hellos_left > 0 {
             p.timers.set(Timer::Probe, now + PROBE_INTERVAL);
         }
@@ -244,6 +247,7 @@ impl Device {
             ExtMessage::PmtuProbe(_) | ExtMessage::PmtuAck(_) => {
                 self.receive_pmtu(now, pid, line, src, msg);
             }
+            ExtMessage::Repair { from, count } => self.queue_resends(pid, receiver, from, count),
         }
         let p = self.peers[pid].as_mut().expect("checked above");
         if !p.timers.is_set(Timer::Probe) {

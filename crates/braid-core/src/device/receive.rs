@@ -364,6 +364,7 @@ impl Device {
                 if p.reorder.ready_packets() > 0 {
                     self.reorder_ready_add(pid);
                 }
+                self.request_repairs(now, pid);
                 false
             }
         }

@@ -113,6 +113,15 @@ impl Device {
             }
             let datagram_len = kp.prepare_seal(buf, len, padded_len(len, mtu));
             jobs.push(i, pid, kp.keys());
+            let session = kp.local_index;
+            if p.repairs_losses() {
+                let counter = crate::messages::read_u64(buf, crate::messages::data::COUNTER);
+                p.sent_copies.get_or_insert_with(Default::default).store(
+                    session,
+                    counter,
+                    &buf[..datagram_len],
+                );
+            }
             let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
             let n = self.destinations(now, pid, datagram_len, &mut dests);
             batch.set_packet(i, 0, datagram_len, dests[0].1);
@@ -188,7 +197,10 @@ impl Device {
 
     /// Whether `poll_transmit` has anything to send.
     pub fn has_pending_transmit(&self) -> bool {
-        !self.control.is_empty() || !self.pending_flush.is_empty() || self.has_pmtu_probes()
+        !self.control.is_empty()
+            || !self.pending_flush.is_empty()
+            || self.has_pmtu_probes()
+            || self.has_resends()
     }
 
     /// Fills `out` with what waits to be sent: control messages first, then
@@ -205,6 +217,7 @@ impl Device {
             });
             out.set_line(out.len() - 1, c.line);
         }
+        self.transmit_resends(now, out);
         self.transmit_pmtu_probes(now, out);
         let mtu = self.padding_mtu();
         while let Some(&pid) = self.pending_flush.last() {
@@ -264,7 +277,7 @@ impl Device {
             }
             self.pending_flush.pop();
         }
-        !self.control.is_empty() || self.has_pmtu_probes()
+        !self.control.is_empty() || self.has_pmtu_probes() || self.has_resends()
     }
 }
 

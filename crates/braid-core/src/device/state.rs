@@ -73,6 +73,16 @@ pub(super) struct QueuedProbe {
     pub(super) body: PmtuBody,
 }
 
+/// A data message a peer asked for again (see `repair`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct QueuedResend {
+    pub(super) pid: PeerId,
+    pub(super) session: u32,
+    pub(super) counter: u64,
+    pub(super) line: u16,
+    pub(super) remote: SocketAddr,
+}
+
 /// One WireGuard interface: keys, peers, sessions, paths and queues. Its
 /// behaviour is [`Device`]'s methods, in `device/mod.rs` and its siblings.
 pub struct Device {
@@ -98,6 +108,7 @@ pub struct Device {
     pub(super) control: VecDeque<Control>,
     /// Padded path MTU probes waiting to be sent (too big for `control`).
     pub(super) pmtu_probes: VecDeque<QueuedProbe>,
+    pub(super) resends: VecDeque<QueuedResend>,
     /// Padding never grows a packet beyond what the paths carry.
     pub(super) padding_cap: usize,
     /// ICMP "too big" answers for the TUN: the first `too_big_len` are

@@ -40,7 +40,7 @@ pub const MAX_RATE: f64 = 125_000_000_000.0;
 /// Growth per report while the scheduler is held back by the estimate and
 /// the line shows no queue: the next interval offers this much more than
 /// the line was seen to deliver.
-const GROWTH: f64 = 1.5;
+const GROWTH: f64 = 1.25;
 /// The delivery rate the estimate stands on is the largest of this long
 /// (a line that carried less for a moment has not become slower).
 const DELIVERY_WINDOW: Duration = Duration::from_millis(500);
@@ -210,8 +210,12 @@ pub struct Outbound {
     reported_at: Option<Instant>,
     /// The queue the latest probe found.
     last_queue: Duration,
-    /// The report the next interval is measured from.
+    /// The report the next interval is measured from, and the one before
+    /// it: a full line's rate is read over two intervals, since the peer
+    /// may count a probe before data that came just ahead of it in the
+    /// same batch.
     last: Option<(Delivery, Option<u64>)>,
+    before_last: Option<Delivery>,
     /// When each recent probe left: (probe sequence, data packets sent on
     /// this path so far, the scheduler's backlog for the line).
     snapshots: [(u32, u64, Duration); SNAPSHOTS],
@@ -243,6 +247,7 @@ impl Default for Outbound {
             reported_at: None,
             last_queue: Duration::ZERO,
             last: None,
+            before_last: None,
             snapshots: [(u32::MAX, 0, Duration::ZERO); SNAPSHOTS],
             delay: SmoothedDelay::default(),
             base: Windowed::min(BASE_WINDOW),
@@ -352,7 +357,8 @@ impl Outbound {
             self.correct_backlog(now, planned, queue_us);
         }
         let queue = Duration::from_micros(queue_us.max(0) as u64);
-        let full = queue > QUEUE_FULL && self.last_queue > QUEUE_FULL;
+        let queued = queue > QUEUE_FULL;
+        let full = queued && self.last_queue > QUEUE_FULL;
         self.last_queue = queue;
         let sent_before = snapshot.map(|(n, _)| n);
         let Some((last, last_sent)) = self.last else {
@@ -371,6 +377,7 @@ impl Outbound {
             return; // merged into the next interval
         }
         self.last = Some((report, sent_before));
+        let before_last = self.before_last.replace(last);
         let bytes = report.data_bytes.wrapping_sub(last.data_bytes);
         let packets = report.data_packets.wrapping_sub(last.data_packets);
         if bytes > 1 << 50 || packets > 1 << 40 {
@@ -378,6 +385,18 @@ impl Outbound {
         }
         let delivered = bytes as f64 / (dt as f64 / 1e6);
         self.delivered_rate = delivered;
+        // Over two intervals where there are two (see `before_last`).
+        let delivered_2 = before_last
+            .map(|b| {
+                (
+                    report.received_us.wrapping_sub(b.received_us),
+                    report.data_bytes.wrapping_sub(b.data_bytes),
+                )
+            })
+            .filter(|&(dt2, bytes2)| dt2 > dt && dt2 <= MAX_INTERVAL_US && bytes2 >= bytes)
+            .map_or(delivered, |(dt2, bytes2)| {
+                bytes2 as f64 / (dt2 as f64 / 1e6)
+            });
         // Loss is the line's own only while it has no queue: a full line
         // drops what it cannot carry, and that says nothing about its
         // quality.
@@ -392,12 +411,12 @@ impl Outbound {
         }
         self.rate = if full {
             // A full line delivers what it can.
-            self.delivered_max.reset(now, delivered);
-            delivered
+            self.delivered_max.reset(now, delivered_2);
+            delivered_2
         } else {
             self.delivered_max.update(now, delivered);
             let seen = self.delivered_max.get().unwrap_or(delivered);
-            if self.limited {
+            if self.limited && !queued {
                 seen.max(self.rate / GROWTH) * GROWTH
             } else {
                 self.rate.max(seen)

@@ -14,7 +14,7 @@ pub mod estimate;
 mod schedule;
 
 pub use estimate::{Delivery, Inbound, Outbound};
-pub use schedule::{select, MAX_BACKLOG};
+pub use schedule::{select, LOSSY, MAX_BACKLOG};
 
 /// Paths per peer (configured and learned together).
 pub const MAX_PATHS: usize = 8;
@@ -78,6 +78,8 @@ pub struct PathCounters {
     /// path, first copies or not: what the peer's data delivered here.
     pub data_rx_packets: u64,
     pub data_rx_bytes: u64,
+    /// Data messages re-sent on this path because another lost them.
+    pub resent: u64,
 }
 
 #[derive(Debug, Clone)]

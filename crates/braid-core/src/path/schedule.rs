@@ -31,9 +31,11 @@
 //!
 //! A line that loses data (more than [`LOSSY`]) carries nothing while a
 //! line that does not is usable: one lost packet in a hundred is enough to
-//! keep a cubic sender's window small, and the receiver cannot tell a loss
-//! on one line from reordering until the hold runs out. Its probes keep
-//! measuring it, and it is back in use once its loss estimate decays.
+//! keep a cubic sender's window small. While the peer repairs losses
+//! (`repairs`) the bar is [`LOSSY_REPAIRED`]: a lost packet then costs a
+//! re-send on the best line, not the inner TCP's window. A line left out
+//! is tried again once its loss estimate has too little data behind it
+//! (a few seconds).
 
 use super::{Mode, Path, MAX_PATHS};
 use std::time::{Duration, Instant};
@@ -48,6 +50,10 @@ pub const MAX_BACKLOG: Duration = Duration::from_millis(150);
 const LIMITED_BACKLOG: Duration = Duration::from_millis(5);
 /// Data loss above which a line is left out while a cleaner one is up.
 pub const LOSSY: f64 = 0.01;
+/// The same while the peer repairs losses (see `crate::repair`): a line
+/// that loses a few percent costs a re-send on another line per loss, not
+/// a halved window.
+pub const LOSSY_REPAIRED: f64 = 0.10;
 
 /// Which paths carry the next packet (`packet_len` bytes on the wire) at
 /// `now`: indices into the peer's paths. Returns how many were written to
@@ -57,6 +63,7 @@ pub fn select(
     paths: &mut [Path],
     now: Instant,
     packet_len: usize,
+    repairs: bool,
     out: &mut [usize; MAX_PATHS],
 ) -> usize {
     let any_up = paths.iter().any(Path::is_up);
@@ -81,7 +88,13 @@ pub fn select(
             }
             None => 0,
         },
-        Mode::Aggregate => match earliest_arrival(paths, now, packet_len, usable) {
+        Mode::Aggregate => match earliest_arrival(
+            paths,
+            now,
+            packet_len,
+            if repairs { LOSSY_REPAIRED } else { LOSSY },
+            usable,
+        ) {
             Some(i) => {
                 out[0] = i;
                 1
@@ -97,10 +110,11 @@ fn earliest_arrival(
     paths: &mut [Path],
     now: Instant,
     len: usize,
+    lossy: f64,
     usable: impl Fn(&Path) -> bool,
 ) -> Option<usize> {
-    let clean = paths.iter().any(|p| usable(p) && p.outbound.loss() < LOSSY);
-    let candidate = |p: &Path| usable(p) && (!clean || p.outbound.loss() < LOSSY);
+    let clean = paths.iter().any(|p| usable(p) && p.outbound.loss() < lossy);
+    let candidate = |p: &Path| usable(p) && (!clean || p.outbound.loss() < lossy);
     let quickest = paths
         .iter()
         .filter(|p| candidate(p))

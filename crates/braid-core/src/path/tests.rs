@@ -142,6 +142,7 @@ fn counters_saturate() {
         echoes_received: u64::MAX,
         data_rx_packets: u64::MAX,
         data_rx_bytes: u64::MAX - 1,
+        resent: 0,
     };
     p.probes_received = u64::MAX;
     p.on_rx(now, usize::MAX);

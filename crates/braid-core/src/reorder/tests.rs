@@ -1450,3 +1450,68 @@ fn a_slack_past_what_an_instant_holds_turns_early_loss_off() {
     let c = w.counters();
     assert_eq!([c.accepted, c.under_window, c.lost], [3, 1, 2]);
 }
+
+// ----- Repair -----------------------------------------------------------------
+
+/// Two lines; counter 2 is lost. Both lines passed it, so rule 3 finds it
+/// lost: with a repair wait the window asks for it once instead of giving
+/// it up, takes the copy that comes within the wait (on either line, not
+/// counted as that line's lateness) and delivers in order; without the
+/// copy it gives the gap up when the wait is over.
+#[test]
+fn a_gap_found_lost_is_asked_for_and_waits_for_its_repair() {
+    for repaired in [true, false] {
+        let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+        rx.w.set_repair_wait(Some(Duration::from_millis(25)));
+        rx.packet(0, 0, 0, 64);
+        rx.packet(100, 1, 1, 64);
+        rx.packet(200, 3, 0, 64);
+        rx.packet(300, 4, 1, 64);
+        // Both lines are past 2 and have never reordered: lost, so asked.
+        rx.tick(300);
+        assert_eq!(rx.w.take_repair_request(), Some((2, 3)));
+        assert_eq!(rx.w.take_repair_request(), None, "asked once");
+        assert_eq!(rx.w.counters().repairs_asked, 1);
+        assert_eq!(rx.delivered, [0, 1]);
+        let due = rx.w.poll_timeout().expect("waits for the repair");
+        assert_eq!(
+            due.saturating_duration_since(rx.at(300)),
+            Duration::from_millis(25)
+        );
+        rx.packet(5_000, 5, 0, 64);
+        assert_eq!(
+            rx.w.take_repair_request(),
+            None,
+            "the same gap is not asked again"
+        );
+        if repaired {
+            rx.packet(20_000, 2, 0, 64);
+            assert_eq!(rx.delivered, [0, 1, 2, 3, 4, 5]);
+            assert_eq!(rx.w.counters().lost, 0);
+            assert_eq!(
+                rx.w.path_slack(0),
+                Duration::ZERO,
+                "a repair is not lateness"
+            );
+        } else {
+            rx.tick(25_299);
+            assert_eq!(rx.delivered, [0, 1]);
+            rx.tick(25_300);
+            assert_eq!(rx.delivered, [0, 1, 3, 4, 5]);
+            assert_eq!(rx.w.counters().lost, 1);
+        }
+    }
+}
+
+/// Without a repair wait the same gap goes at once, as rule 3 says.
+#[test]
+fn without_repairs_rule_3_gives_up_at_once() {
+    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    rx.packet(0, 0, 0, 64);
+    rx.packet(100, 1, 1, 64);
+    rx.packet(200, 3, 0, 64);
+    rx.packet(300, 4, 1, 64);
+    rx.tick(300);
+    assert_eq!(rx.delivered, [0, 1, 3, 4]);
+    assert_eq!(rx.w.take_repair_request(), None);
+}

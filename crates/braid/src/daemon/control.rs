@@ -226,6 +226,7 @@ fn path_snapshot(path: &braid_core::path::Path, total_send: f64) -> crate::uapi:
         tx_packets: c.tx_packets,
         tx_bytes: c.tx_bytes,
         first_arrivals: c.first_arrivals,
+        resent: c.resent,
         rtt_us: path.srtt.map(micros),
         jitter_us: path.srtt.map(|_| micros(path.rttvar)),
         loss: path.loss(),
@@ -330,6 +331,23 @@ pub fn snapshot(
             ("reorder_held".to_string(), info.reorder_held as u64),
             ("reorder_hold_us".to_string(), micros(info.reorder_hold)),
         ]);
+        if info.mode == braid_core::path::Mode::Aggregate {
+            // Why the hold is what it is: skew + 2 × lateness + 1 ms.
+            p.extra.extend([
+                ("reorder_skew_us".to_string(), micros(info.reorder_skew)),
+                (
+                    "reorder_lateness_us".to_string(),
+                    micros(info.reorder_lateness),
+                ),
+                (
+                    "repair_wait_us".to_string(),
+                    info.repair_wait.map_or(0, micros),
+                ),
+                ("repairs_asked".to_string(), r.repairs_asked),
+                ("resent".to_string(), info.resent),
+                ("resend_unavailable".to_string(), info.resend_unavailable),
+            ]);
+        }
         if let Some(rate) = info.rate_limit_bits {
             p.extra.extend([
                 ("rate_limit_bits".to_string(), rate),

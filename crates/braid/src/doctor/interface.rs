@@ -526,6 +526,7 @@ mod tests {
             tx_packets: 0,
             tx_bytes: 0,
             first_arrivals: 0,
+            resent: 0,
             rtt_us: Some(rtt_ms * 1000),
             jitter_us: Some(jitter_ms * 1000),
             loss: 0.0,

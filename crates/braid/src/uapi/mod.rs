@@ -222,6 +222,9 @@ pub struct PathSnapshot {
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub first_arrivals: u64,
+    /// Data messages re-sent on this line because another lost them.
+    #[serde(default)]
+    pub resent: u64,
     pub rtt_us: Option<u64>,
     pub jitter_us: Option<u64>,
     /// Probe loss, 0..=1: round trip, towards the peer, from the peer.
