@@ -304,6 +304,15 @@ impl Outbound {
         self.propagation.get()
     }
 
+    /// Sets the estimate as reports would have (tests of the scheduler).
+    #[cfg(test)]
+    pub(crate) fn set_estimate(&mut self, now: Instant, rate: f64, propagation_us: i64) {
+        self.rate = rate;
+        self.measured = true;
+        self.propagation.update(now, propagation_us);
+        self.base.update(now, propagation_us);
+    }
+
     /// A probe leaves at `now` with sequence `seq` after `data_packets`
     /// data packets.
     pub fn on_probe_sent(&mut self, now: Instant, seq: u32, data_packets: u64) {

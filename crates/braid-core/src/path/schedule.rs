@@ -26,8 +26,7 @@
 //!   stays by capacity.
 //!
 //! Until an echo has measured some line, packets take the first usable
-//! one. A line not yet measured while another is gets a packet only once
-//! the measured ones are [`MAX_BACKLOG`] behind.
+//! one; a line not yet measured while another is carries nothing.
 //!
 //! A line that loses data (more than [`LOSSY`]) carries nothing while a
 //! line that does not is usable: one lost packet in a hundred is enough to
@@ -133,9 +132,9 @@ fn earliest_arrival(
         }
         let extra_delay = match (p.outbound.propagation_us(), quickest) {
             (Some(d), Some(q)) => Duration::from_micros(d.saturating_sub(q).max(0) as u64),
-            // Not measured yet while another line is: used only once the
-            // measured ones are full.
-            _ => MAX_BACKLOG,
+            // Not measured yet while another line is: it may be far
+            // slower (its first echo takes a round trip of its own).
+            _ => continue,
         };
         if extra_delay > MAX_BACKLOG {
             // The peer's reorder window does not wait for such a line

@@ -160,3 +160,107 @@ fn counters_saturate() {
     assert_eq!([c.data_rx_packets, c.data_rx_bytes], [u64::MAX; 2]);
     assert_eq!(p.probes_received, u64::MAX);
 }
+
+// ----- The aggregate scheduler ------------------------------------------------
+
+mod scheduler {
+    use super::*;
+    use crate::path::schedule::MAX_BACKLOG;
+    use proptest::prelude::*;
+
+    /// Two up paths with estimates (bytes/s, one-way delay µs); `None`:
+    /// no feedback yet.
+    fn paths(now: Instant, estimates: [Option<(f64, i64)>; 2]) -> Vec<Path> {
+        estimates
+            .iter()
+            .map(|e| {
+                let mut p = path();
+                p.state = PathState::Up;
+                if let Some((rate, delay)) = *e {
+                    p.outbound.set_estimate(now, rate, delay);
+                }
+                p
+            })
+            .collect()
+    }
+
+    /// Offers packets of `len` bytes at `offered` bytes/s for `secs`;
+    /// returns the bytes each path got.
+    fn offer(paths: &mut [Path], t0: Instant, offered: f64, len: usize, secs: f64) -> [f64; 2] {
+        let mut got = [0.0; 2];
+        let gap = len as f64 / offered;
+        let mut out = [0usize; MAX_PATHS];
+        for k in 0..(secs / gap) as u64 {
+            let now = t0 + Duration::from_secs_f64(k as f64 * gap);
+            assert_eq!(select(Mode::Aggregate, paths, now, len, false, &mut out), 1);
+            got[out[0]] += len as f64;
+        }
+        got
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// While what is offered fits in the lines' estimates, no line is
+        /// given more than its estimate (over the run, plus one planned
+        /// queue and a packet), wherever the packets are offered from.
+        #[test]
+        fn never_beyond_a_lines_estimate(
+            r0 in 1e5f64..2e7, r1 in 1e5f64..2e7,
+            d0 in 0i64..100_000, d1 in 0i64..100_000,
+            load in 0.1f64..0.95, len in 500usize..1500,
+        ) {
+            let t0 = Instant::now();
+            let mut ps = paths(t0, [Some((r0, d0)), Some((r1, d1))]);
+            let secs = 1.0;
+            let got = offer(&mut ps, t0, load * (r0 + r1), len, secs);
+            for (i, r) in [r0, r1].into_iter().enumerate() {
+                let bound = r * (secs + MAX_BACKLOG.as_secs_f64()) + len as f64;
+                prop_assert!(got[i] <= bound, "path {i}: {} > {bound}", got[i]);
+            }
+        }
+
+        /// A line with no feedback yet gets nothing while another is
+        /// measured, however much is offered.
+        #[test]
+        fn a_line_without_feedback_waits_for_it(
+            rate in 1e5f64..1e7, load in 0.1f64..10.0, len in 500usize..1500,
+        ) {
+            let t0 = Instant::now();
+            let mut ps = paths(t0, [Some((rate, 5_000)), None]);
+            let got = offer(&mut ps, t0, load * rate, len, 0.5);
+            prop_assert_eq!(got[1], 0.0);
+        }
+
+        /// A line whose delay is more than MAX_BACKLOG above the other's
+        /// carries nothing: what it carried would come after the peer's
+        /// window stopped waiting for it.
+        #[test]
+        fn a_far_line_carries_nothing(
+            rate in 1e5f64..1e7, slow in 1e3f64..1e8, load in 0.1f64..10.0,
+            extra_ms in 151i64..2_000,
+        ) {
+            let t0 = Instant::now();
+            let mut ps = paths(t0, [Some((rate, 1_000)), Some((slow, 1_000 + extra_ms * 1_000))]);
+            let got = offer(&mut ps, t0, load * rate, 1400, 0.5);
+            prop_assert_eq!(got[1], 0.0);
+        }
+    }
+
+    /// The quicker line alone while it keeps up; both, by capacity, when
+    /// it does not.
+    #[test]
+    fn the_slower_line_takes_only_what_the_quicker_cannot() {
+        let t0 = Instant::now();
+        // 10 and 2.5 MB/s (80 and 20 Mbit/s), 5 and 20 ms.
+        let mut ps = paths(t0, [Some((10e6, 5_000)), Some((2.5e6, 20_000))]);
+        let got = offer(&mut ps, t0, 8e6, 1400, 2.0);
+        assert_eq!(got[1], 0.0, "{got:?}");
+        let t1 = t0 + Duration::from_secs(3);
+        let got = offer(&mut ps, t1, 12e6, 1400, 2.0);
+        let share = got[1] / (got[0] + got[1]);
+        // 2 of 12 MB/s beyond the quick line, less the 15 ms it queues
+        // before the slow line is worth it.
+        assert!((0.14..0.18).contains(&share), "{share}: {got:?}");
+    }
+}

@@ -13,11 +13,10 @@
 //! for the cleanup rules.
 
 use crate::harness::*;
+use crate::two_lines::TwoLines;
 use std::time::Duration;
 
 const TOOLS: &[&str] = &["ip", "wg", "ping"];
-const PORT_B: u16 = 51821;
-const NETEM_PORT: u16 = 5002;
 /// The race of the two ciphers plus the probes; generous for a busy machine.
 const DOCTOR_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -64,7 +63,8 @@ fn doctor_warns_about_the_lossy_jittery_path_only() {
     lab.stop();
 }
 
-/// Packets spread over a clean and a jittery line (b sends, a receives),
+/// Packets spread over a clean but capped line and a jittery one (b
+/// sends, a receives),
 /// and a reorder window capped far below the jitter: packets come after
 /// the window gave up on them, and doctor says how far to raise
 /// `ReorderHold` and which path trails.
@@ -85,10 +85,16 @@ fn doctor_suggests_reorder_hold_for_a_jittery_path() {
     }
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    let lab = TwoLines::start(
+    // The clean line is capped, so the aggregate scheduler needs the
+    // jittery one too (while the clean line keeps up, it sends nothing on
+    // a slower line).
+    let lab = TwoLines::start_impaired(
         &env,
         [&nsa, &nsb],
-        &["--delay", "4ms", "--jitter", "3ms"],
+        [
+            Some(&["--rate", "20mbit", "--queue", "100ms"]),
+            Some(&["--delay", "4ms", "--jitter", "3ms"]),
+        ],
         &["Mode = aggregate", "ReorderHold = 1ms"],
     );
     let bits = {
@@ -171,127 +177,39 @@ fn doctor_rtt(check: &serde_json::Value) -> Option<(f64, f64)> {
     Some((rtt, jitter))
 }
 
-/// Two namespaces joined by two veth lines; the second runs through a
-/// `braid netem` relay in namespace b. Side a has a path on each; both
-/// ends get the same extra `[Peer]` lines (`Mode`, `ReorderHold`).
-struct TwoLines<'e> {
-    env: &'e TestEnv,
-    tb: String,
-    ifa: String,
-    nsa: &'e Netns,
-    nsb: &'e Netns,
-    // Dropped in this order: daemons, relay, then the lines.
-    sides: Vec<BraidUp<'e>>,
-    relay: Option<ChildGuard>,
-    _lines: [Veth; 2],
+struct Doctor(serde_json::Value);
+
+impl Doctor {
+    /// The one check whose name ends with ` SUFFIX`.
+    fn check(&self, suffix: &str) -> serde_json::Value {
+        let suffix = format!(" {suffix}");
+        let found: Vec<&serde_json::Value> = self.0["checks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["check"].as_str().is_some_and(|s| s.ends_with(&suffix)))
+            .collect();
+        assert_eq!(found.len(), 1, "one check named …{suffix}: {self}");
+        found[0].clone()
+    }
+
+    fn path(&self, name: &str) -> serde_json::Value {
+        self.check(&format!("path {name}"))
+    }
+
+    /// A peer-level check: `loss`, `reorder`, ….
+    fn peer(&self, what: &str) -> serde_json::Value {
+        self.check(what)
+    }
 }
 
-impl<'e> TwoLines<'e> {
-    fn start(
-        env: &'e TestEnv,
-        [nsa, nsb]: [&'e Netns; 2],
-        impairment: &[&str],
-        peer_lines: &[&str],
-    ) -> TwoLines<'e> {
-        let test = &env.test;
-        let x = env.octet();
-        let line = |n: u8, a: u8| {
-            Veth::new(
-                nsa,
-                &format!("va{n}"),
-                &format!("198.18.{x}.{a}/25"),
-                nsb,
-                &format!("vb{n}"),
-                &format!("198.18.{x}.{}/25", a + 1),
-            )
-            .or_panic()
-        };
-        let lines = [line(1, 1), line(2, 129)];
-        let mut relay = nsb.cmd(BRAID);
-        relay.args([
-            "netem",
-            "--listen",
-            &format!("198.18.{x}.130:{NETEM_PORT}"),
-            "--to",
-            &format!("127.0.0.1:{PORT_B}"),
-            "--seed",
-            "6",
-        ]);
-        relay.args(impairment);
-        let mut relay = ChildGuard::spawn(relay, "braid netem", &env.path("netem.log")).or_panic();
-        let relaying = wait_until(LONG, || {
-            !relay.running() || relay.log_text().contains("relaying")
-        });
-        assert!(
-            relaying && relay.running(),
-            "{test}: braid netem did not start:\n{}",
-            relay.log_text()
-        );
-
-        let (ka, kb) = (wg_keys(), wg_keys());
-        let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
-        let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
-        let peer_lines: Vec<String> = peer_lines.iter().map(|l| l.to_string()).collect();
-        let conf_b = IfaceConf {
-            private_key: kb.private.clone(),
-            listen_port: Some(PORT_B),
-            address: vec![format!("{tb}/24")],
-            peers: vec![PeerConf {
-                public_key: ka.public.clone(),
-                allowed_ips: vec![format!("{ta}/32")],
-                braid_lines: peer_lines.clone(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let mut braid_lines = vec![
-            format!("Path = clean bind=va1 endpoint=198.18.{x}.2:{PORT_B}"),
-            format!("Path = bad bind=va2 endpoint=198.18.{x}.130:{NETEM_PORT}"),
-        ];
-        braid_lines.extend(peer_lines);
-        let conf_a = IfaceConf {
-            private_key: ka.private.clone(),
-            address: vec![format!("{ta}/24")],
-            peers: vec![PeerConf {
-                public_key: kb.public.clone(),
-                allowed_ips: vec![format!("{tb}/32")],
-                braid_lines,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let mut lab = TwoLines {
-            env,
-            tb,
-            ifa: ifa.clone(),
-            nsa,
-            nsb,
-            sides: Vec::new(),
-            relay: Some(relay),
-            _lines: lines,
-        };
-        for (ns, ifname, conf) in [(nsb, &ifb, &conf_b), (nsa, &ifa, &conf_a)] {
-            let mut side = BraidUp::start(env, ns, ifname, conf, BraidMode::Daemon);
-            side.assert_up();
-            lab.sides.push(side);
-        }
-        assert!(
-            ping_until_reply(lab.nsa, &lab.tb, LONG),
-            "{test}: no reply from {} through the tunnel",
-            lab.tb
-        );
-        lab
+impl std::fmt::Display for Doctor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
     }
+}
 
-    /// The paths of side a's peer, from `braid show --json`.
-    fn paths(&self) -> Vec<serde_json::Value> {
-        let (show, _) = braid_show_json(self.nsa, &self.ifa);
-        show["peers"][0]["paths"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
+impl TwoLines<'_> {
     /// `braid doctor` until `done` holds of its answer (once a second,
     /// bounded by `DOCTOR_TIMEOUT`); the last answer either way.
     fn doctor_until(&self, done: impl Fn(&Doctor) -> bool) -> Doctor {
@@ -324,49 +242,5 @@ impl<'e> TwoLines<'e> {
             );
         }
         Doctor(v)
-    }
-
-    /// Stops the relay (it runs the braid binary too, and the tunnel's
-    /// cleanup terminates braid processes it finds left over), then both
-    /// tunnel ends.
-    fn stop(mut self) {
-        if let Some(mut relay) = self.relay.take() {
-            relay.terminate();
-        }
-        for side in self.sides.iter_mut().rev() {
-            side.down();
-        }
-    }
-}
-
-struct Doctor(serde_json::Value);
-
-impl Doctor {
-    /// The one check whose name ends with ` SUFFIX`.
-    fn check(&self, suffix: &str) -> serde_json::Value {
-        let suffix = format!(" {suffix}");
-        let found: Vec<&serde_json::Value> = self.0["checks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|c| c["check"].as_str().is_some_and(|s| s.ends_with(&suffix)))
-            .collect();
-        assert_eq!(found.len(), 1, "one check named …{suffix}: {self}");
-        found[0].clone()
-    }
-
-    fn path(&self, name: &str) -> serde_json::Value {
-        self.check(&format!("path {name}"))
-    }
-
-    /// A peer-level check: `loss`, `reorder`, ….
-    fn peer(&self, what: &str) -> serde_json::Value {
-        self.check(what)
-    }
-}
-
-impl std::fmt::Display for Doctor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
     }
 }

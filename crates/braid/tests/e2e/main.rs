@@ -15,7 +15,9 @@
 //! are missing; `bash scripts/test` runs them as root.
 
 mod harness;
+mod two_lines;
 
+mod aggregate;
 mod bench_crypto;
 mod bench_tunnel;
 mod checksums;
