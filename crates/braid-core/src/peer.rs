@@ -90,6 +90,8 @@ pub struct Peer {
     /// Aggregate mode: copies of what was sent lately, for repairs (made
     /// when first needed; see `repair`).
     pub sent_copies: Option<Box<crate::repair::SentCopies>>,
+    /// The path the latest data message went on (its first copy's).
+    pub last_path: usize,
     /// `RateLimit =`: one token bucket per direction; `None`: unlimited.
     pub rate_limit: Option<crate::shaper::RateLimit>,
     /// This peer's `Compression =`; `None` follows the interface's.
@@ -182,6 +184,7 @@ impl Peer {
             reorder_session: None,
             reorder_retired: [None; 2],
             sent_copies: None,
+            last_path: 0,
             rate_limit: None,
             compression: None,
             lz4_session: None,

@@ -11,6 +11,13 @@
 //! line, and memory only once such a peer sends: `COPIES` slots, each as
 //! large as the largest message it held.
 //!
+//! Only what a line lost by its own fault is re-sent. A copy remembers the
+//! line it went on; if that line has shown no loss of its own (while not
+//! full, see `path::estimate`), what it lost it dropped from a full queue:
+//! the inner TCP must see that loss and slow down, so it is not re-sent.
+//! (Re-sending it would hide congestion: the sender would keep growing
+//! its window into queues that overflow.)
+//!
 //! Re-sending is bounded: a budget that grows by `BUDGET_SHARE` of a
 //! message per message sent (and a few per second regardless), so repairs
 //! never cost more than a small share of the traffic, whatever a peer asks.
@@ -32,6 +39,8 @@ const BUDGET_MAX: f64 = 256.0;
 struct Copy {
     /// The local index of the session that sealed it.
     session: u32,
+    /// The peer's path it went on.
+    path: u8,
     counter: u64,
     len: usize,
     bytes: Vec<u8>,
@@ -44,10 +53,11 @@ pub struct SentCopies {
     slots: Vec<Copy>,
     budget: f64,
     refilled: Option<Instant>,
-    /// Messages re-sent, and requested ones that were no longer here or
-    /// over the budget.
+    /// Messages re-sent, requested ones that were no longer here or over
+    /// the budget, and ones lost by a line that only loses when full.
     pub resent: u64,
     pub unavailable: u64,
+    pub congestion: u64,
 }
 
 impl Default for SentCopies {
@@ -58,6 +68,7 @@ impl Default for SentCopies {
             refilled: None,
             resent: 0,
             unavailable: 0,
+            congestion: 0,
         }
     }
 }
@@ -65,12 +76,13 @@ impl Default for SentCopies {
 impl SentCopies {
     /// Remembers message `counter` of `session` (`datagram`: header and
     /// padded plaintext, the tag's room at the end).
-    pub fn store(&mut self, session: u32, counter: u64, datagram: &[u8]) {
+    pub fn store(&mut self, session: u32, counter: u64, path: usize, datagram: &[u8]) {
         if self.slots.is_empty() {
             self.slots.resize_with(COPIES, Copy::default);
         }
         let slot = &mut self.slots[(counter % COPIES as u64) as usize];
         slot.session = session;
+        slot.path = path as u8; // < MAX_PATHS
         slot.counter = counter;
         slot.len = datagram.len();
         if slot.bytes.len() < datagram.len() {
@@ -80,14 +92,25 @@ impl SentCopies {
         self.budget = (self.budget + BUDGET_SHARE).min(BUDGET_MAX);
     }
 
-    /// The copy of `counter` of `session`, if it is still here and the
-    /// budget allows a re-send (which it then pays for).
-    pub fn take_for_resend(&mut self, now: Instant, session: u32, counter: u64) -> Option<&[u8]> {
+    /// The copy of `counter` of `session`, if it is still here, its line
+    /// loses packets of its own (`lossy(path)`) and the budget allows a
+    /// re-send (which it then pays for).
+    pub fn take_for_resend(
+        &mut self,
+        now: Instant,
+        session: u32,
+        counter: u64,
+        lossy: impl Fn(usize) -> bool,
+    ) -> Option<&[u8]> {
         self.refill(now);
         let found = self
             .slots
             .get((counter % COPIES as u64) as usize)
             .filter(|c| c.len > 0 && c.session == session && c.counter == counter);
+        if found.is_some_and(|c| !lossy(usize::from(c.path))) {
+            self.congestion = self.congestion.saturating_add(1);
+            return None;
+        }
         match found {
             Some(c) if self.budget >= 1.0 => {
                 self.budget -= 1.0;
@@ -120,25 +143,34 @@ impl SentCopies {
 mod tests {
     use super::*;
 
+    fn any(_: usize) -> bool {
+        true
+    }
+
     #[test]
     fn copies_come_back_by_session_and_counter_until_overwritten() {
         let now = Instant::now();
         let mut c = SentCopies::default();
         assert_eq!(c.allocated_bytes(), 0, "nothing before the first message");
-        c.store(7, 5, &[1, 2, 3]);
-        c.store(7, 6, &[4; 100]);
-        assert_eq!(c.take_for_resend(now, 7, 5), Some(&[1u8, 2, 3][..]));
-        assert_eq!(c.take_for_resend(now, 8, 5), None, "another session's");
-        assert_eq!(c.take_for_resend(now, 7, 4), None, "never sent");
+        c.store(7, 5, 0, &[1, 2, 3]);
+        c.store(7, 6, 0, &[4; 100]);
+        assert_eq!(c.take_for_resend(now, 7, 5, any), Some(&[1u8, 2, 3][..]));
+        assert_eq!(c.take_for_resend(now, 8, 5, any), None, "another session's");
+        assert_eq!(c.take_for_resend(now, 7, 4, any), None, "never sent");
         // A later message in the same slot replaces it; a shorter one is
         // returned at its own length.
-        c.store(7, 5 + COPIES as u64, &[9]);
-        assert_eq!(c.take_for_resend(now, 7, 5), None);
+        c.store(7, 5 + COPIES as u64, 1, &[9]);
+        assert_eq!(c.take_for_resend(now, 7, 5, any), None);
         assert_eq!(
-            c.take_for_resend(now, 7, 5 + COPIES as u64),
+            c.take_for_resend(now, 7, 5 + COPIES as u64, any),
             Some(&[9u8][..])
         );
         assert_eq!((c.resent, c.unavailable), (2, 3));
+        // Lost by a line that loses nothing of its own: congestion, which
+        // the sender must see.
+        c.store(7, 6, 1, &[4; 100]);
+        assert_eq!(c.take_for_resend(now, 7, 6, |path| path == 0), None);
+        assert_eq!(c.congestion, 1);
     }
 
     #[test]
@@ -146,18 +178,18 @@ mod tests {
         let now = Instant::now();
         let mut c = SentCopies::default();
         for counter in 0..1000u64 {
-            c.store(1, counter, &[0; 64]);
+            c.store(1, counter, 0, &[0; 64]);
         }
         // Asked for everything at once: the initial budget plus 5 % of
         // what was sent, not the thousand.
         let granted = (0..1000u64)
-            .filter(|&n| c.take_for_resend(now, 1, n).is_some())
+            .filter(|&n| c.take_for_resend(now, 1, n, any).is_some())
             .count();
         assert!((100..=120).contains(&granted), "{granted}");
         // Time alone earns a few per second.
         let later = now + Duration::from_secs(1);
         let more = (0..1000u64)
-            .filter(|&n| c.take_for_resend(later, 1, n).is_some())
+            .filter(|&n| c.take_for_resend(later, 1, n, any).is_some())
             .count();
         assert_eq!(more, BUDGET_PER_SECOND as usize);
     }

@@ -117,6 +117,9 @@ pub struct PeerInfo {
     /// longer kept (or over the budget).
     pub resent: u64,
     pub resend_unavailable: u64,
+    /// Asked for, but lost by a line that loses only when full: left to
+    /// the inner TCP as the congestion signal it is.
+    pub resend_congestion: u64,
     pub last_handshake: Option<SystemTime>,
     pub allowed_ips: Vec<(IpAddr, u8)>,
     pub counters: crate::peer::PeerCounters,
@@ -490,6 +493,7 @@ impl Device {
             reorder_held: p.reorder.held_packets(),
             resent: p.sent_copies.as_ref().map_or(0, |c| c.resent),
             resend_unavailable: p.sent_copies.as_ref().map_or(0, |c| c.unavailable),
+            resend_congestion: p.sent_copies.as_ref().map_or(0, |c| c.congestion),
             last_handshake: p.last_handshake,
             allowed_ips,
             counters: p.counters,

@@ -42,6 +42,7 @@ impl Device {
         } else {
             1
         };
+        p.last_path = chosen[0];
         for (k, &i) in chosen[..n].iter().enumerate() {
             let path = &mut p.paths[i];
             path.on_tx(len);

@@ -9,6 +9,9 @@ use crate::peer::PeerId;
 use crate::repair::MAX_PER_REQUEST;
 use std::time::{Duration, Instant};
 
+/// A line that loses at least this much of its own (`Path::own_loss`)
+/// has what it loses repaired (see `crate::repair`).
+const OWN_LOSS: f64 = 0.002;
 /// Re-sends waiting for `poll_transmit`, at most.
 const MAX_QUEUED_RESENDS: usize = 512;
 /// Added to the quickest line's round trip for the reorder window's repair
@@ -101,7 +104,9 @@ impl Device {
             let Some(copies) = p.sent_copies.as_mut() else {
                 continue;
             };
-            let Some(copy) = copies.take_for_resend(now, q.session, q.counter) else {
+            let paths = &p.paths;
+            let lossy = |i: usize| paths.get(i).is_some_and(|x| x.own_loss() >= OWN_LOSS);
+            let Some(copy) = copies.take_for_resend(now, q.session, q.counter, lossy) else {
                 continue;
             };
             if copy.len() > out.stride() {

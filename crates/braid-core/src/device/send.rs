@@ -114,16 +114,19 @@ impl Device {
             let datagram_len = kp.prepare_seal(buf, len, padded_len(len, mtu));
             jobs.push(i, pid, kp.keys());
             let session = kp.local_index;
+            let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
+            let n = self.destinations(now, pid, datagram_len, &mut dests);
+            let p = self.peers[pid].as_mut().expect("routed peer exists");
             if p.repairs_losses() {
                 let counter = crate::messages::read_u64(buf, crate::messages::data::COUNTER);
+                let path = p.last_path;
                 p.sent_copies.get_or_insert_with(Default::default).store(
                     session,
                     counter,
+                    path,
                     &buf[..datagram_len],
                 );
             }
-            let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
-            let n = self.destinations(now, pid, datagram_len, &mut dests);
             batch.set_packet(i, 0, datagram_len, dests[0].1);
             batch.set_line(i, dests[0].0);
             for &(line, addr) in &dests[1..n] {

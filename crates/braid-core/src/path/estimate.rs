@@ -293,6 +293,11 @@ impl Outbound {
         }
     }
 
+    /// Data loss, once enough data was sent to tell.
+    pub fn loss_if_known(&self) -> Option<f64> {
+        (self.sent >= MIN_LOSS_SAMPLE).then(|| self.loss())
+    }
+
     /// The line's queue now: smoothed one-way delay above its base.
     pub fn queueing_delay(&self) -> Option<Duration> {
         let (v, b) = (self.delay.value?, self.base.get()?);

@@ -275,6 +275,13 @@ impl Path {
         1.0 - answered as f64 / window as f64
     }
 
+    /// What the line loses of its own (not from a full queue): the data
+    /// loss measured while it was not full, or, before enough data went
+    /// on it, its probes' loss.
+    pub fn own_loss(&self) -> f64 {
+        self.outbound.loss_if_known().unwrap_or_else(|| self.loss())
+    }
+
     /// Loss of our probes on the way to the peer (from its reported count).
     pub fn forward_loss(&self) -> f64 {
         let sent = self.counters.probes_sent.saturating_sub(3);

@@ -346,6 +346,7 @@ pub fn snapshot(
                 ("repairs_asked".to_string(), r.repairs_asked),
                 ("resent".to_string(), info.resent),
                 ("resend_unavailable".to_string(), info.resend_unavailable),
+                ("resend_congestion".to_string(), info.resend_congestion),
             ]);
         }
         if let Some(rate) = info.rate_limit_bits {
