@@ -17,6 +17,7 @@
 mod harness;
 
 mod bench_crypto;
+mod bench_lines_mptcp;
 mod bench_tunnel;
 mod checksums;
 mod compression;

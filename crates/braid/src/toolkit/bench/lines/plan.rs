@@ -20,6 +20,13 @@ pub(super) struct Opts {
     pub(super) long: u32,
     pub(super) runs: usize,
     pub(super) only: Vec<String>,
+    /// `-C` of the TCP cases of sections 1, 2 and 4 (`None`: the
+    /// machine's default).
+    pub(super) cc: Option<&'static str>,
+    /// The congestion controls section 5 runs, each in turn.
+    pub(super) unequal_cc: Vec<String>,
+    /// The rows of section 5 to run (keys of [`ROWS`]).
+    pub(super) rows: Vec<String>,
 }
 
 /// A line profile of the seed's table.
@@ -107,6 +114,22 @@ pub(super) struct Case {
     pub(super) setup: Setup,
     pub(super) measure: Measure,
     pub(super) seconds: u32,
+    pub(super) extra: Extra,
+}
+
+/// What only section 5's cases use.
+#[derive(Clone, Default, Debug, PartialEq)]
+pub(super) struct Extra {
+    /// The kernel's MPTCP over two wireguard-go tunnels instead of braid.
+    pub(super) mptcp: bool,
+    /// Parallel TCP streams (`iperf3 -P`); 0 or 1: one.
+    pub(super) streams: u32,
+    /// Control commands to the relays during the transfer: (seconds after
+    /// the client started, line index, command).
+    pub(super) actions: Vec<(f64, usize, String)>,
+    /// Also report what arrived from this second on (the receiver's
+    /// intervals).
+    pub(super) tail_from: Option<f64>,
 }
 
 pub(super) fn flags(base: &[&str], seed: u32) -> Vec<String> {
@@ -149,9 +172,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                         },
                         measure: Measure::Tcp {
                             window: Some(w),
-                            cc: None,
+                            cc: o.cc,
                         },
                         seconds: if p.long { o.long } else { o.short },
+                        extra: Extra::default(),
                     });
                 }
             }
@@ -178,6 +202,7 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                 cut: None,
             },
             seconds: o.short,
+            extra: Extra::default(),
         });
         for run in 0..o.runs {
             cases.push(Case {
@@ -194,9 +219,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                 },
                 measure: Measure::Tcp {
                     window: None,
-                    cc: None,
+                    cc: o.cc,
                 },
                 seconds: o.short,
+                extra: Extra::default(),
             });
             cases.push(Case {
                 key: "loss/clean".into(),
@@ -212,9 +238,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                 },
                 measure: Measure::Tcp {
                     window: None,
-                    cc: None,
+                    cc: o.cc,
                 },
                 seconds: o.short,
+                extra: Extra::default(),
             });
         }
     }
@@ -246,6 +273,7 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     cut: Some(cut),
                 },
                 seconds: secs,
+                extra: Extra::default(),
             });
         }
     }
@@ -265,77 +293,332 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                 },
                 measure: Measure::Tcp {
                     window: None,
-                    cc: None,
+                    cc: o.cc,
                 },
                 seconds: o.long,
+                extra: Extra::default(),
             });
         }
     }
     if wants("unequal") {
-        for (variant, _, line2) in UNEQUAL {
-            for cc in CONGESTION_CONTROLS {
-                let mut lines = vec![flags(FAST_LINE, 11)];
-                if let Some(line2) = line2 {
-                    lines.push(flags(line2, 22));
-                }
+        unequal_plan(o, &mut cases);
+    }
+    cases
+}
+
+/// Section 5's lines, `braid netem` flags: rate caps with 100 ms queues.
+pub(super) const FAST_LINE: &[&str] = &["--rate", "100mbit", "--delay", "10ms", "--queue", "100ms"];
+pub(super) const LINE_25: &[&str] = &["--rate", "25mbit", "--delay", "40ms", "--queue", "100ms"];
+pub(super) const LINE_25_LOSSY: &[&str] = &[
+    "--rate", "25mbit", "--delay", "40ms", "--queue", "100ms", "--loss", "2%",
+];
+pub(super) const LINE_2: &[&str] = &["--rate", "2mbit", "--delay", "300ms", "--queue", "100ms"];
+pub(super) const EVEN_NEAR: &[&str] = &["--rate", "50mbit", "--delay", "5ms", "--queue", "100ms"];
+pub(super) const EVEN_FAR: &[&str] = &["--rate", "50mbit", "--delay", "60ms", "--queue", "100ms"];
+pub(super) const WIDE: &[&str] = &["--rate", "200mbit", "--queue", "100ms"];
+
+/// A line measured alone (`Mode = failover` on that line): the "best line"
+/// of one or more rows.
+pub(super) struct BestLine {
+    pub(super) key: &'static str,
+    pub(super) label: &'static str,
+    pub(super) flags: &'static [&'static str],
+}
+
+pub(super) const BEST_LINES: [BestLine; 4] = [
+    BestLine {
+        key: "fast",
+        label: "100 Mbit/s 10 ms alone",
+        flags: FAST_LINE,
+    },
+    BestLine {
+        key: "near",
+        label: "50 Mbit/s 5 ms alone",
+        flags: EVEN_NEAR,
+    },
+    BestLine {
+        key: "l25",
+        label: "25 Mbit/s 40 ms alone",
+        flags: LINE_25,
+    },
+    BestLine {
+        key: "wide",
+        label: "200 Mbit/s alone",
+        flags: WIDE,
+    },
+];
+
+/// What a row must reach (issue 19's targets).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Target {
+    /// ≥ `sum` × the sum of the line rates and ≥ `mptcp` × MPTCP's.
+    SumAndMptcp { sum: f64, mptcp: f64 },
+    /// ≥ this share of the sum of the line rates.
+    Sum(f64),
+    /// ≥ this share of the best line alone.
+    Best(f64),
+    /// ≥ this share of another row's braid aggregate (the same lines
+    /// without the impairment), same congestion control.
+    Row(&'static str, f64),
+}
+
+/// A row of section 5.
+pub(super) struct Row {
+    pub(super) key: &'static str,
+    pub(super) label: &'static str,
+    pub(super) lines: [&'static [&'static str]; 2],
+    /// Line rates in Mbit/s, after a fall where there is one.
+    pub(super) sum_mbps: f64,
+    /// TCP streams (iperf3 -P).
+    pub(super) streams: u32,
+    /// Line 1 falls to this rate during the transfer (then only the last
+    /// seconds count).
+    pub(super) fall_to: Option<&'static str>,
+    /// The key of its best line alone.
+    pub(super) best: &'static str,
+    pub(super) target: Target,
+    pub(super) target_text: &'static str,
+}
+
+pub(super) const ROWS: [Row; 6] = [
+    Row {
+        key: "bond",
+        label: "100 Mbit/s 10 ms + 25 Mbit/s 40 ms",
+        lines: [FAST_LINE, LINE_25],
+        sum_mbps: 125.0,
+        streams: 1,
+        fall_to: None,
+        best: "fast",
+        target: Target::SumAndMptcp {
+            sum: 0.85,
+            mptcp: 0.97,
+        },
+        target_text: "≥ 85 % of sum and ≥ 97 % of MPTCP",
+    },
+    Row {
+        key: "even",
+        label: "50 Mbit/s 5 ms + 50 Mbit/s 60 ms",
+        lines: [EVEN_NEAR, EVEN_FAR],
+        sum_mbps: 100.0,
+        streams: 1,
+        fall_to: None,
+        best: "near",
+        target: Target::Sum(0.85),
+        target_text: "≥ 85 % of sum",
+    },
+    Row {
+        key: "slow",
+        label: "100 Mbit/s 10 ms + 2 Mbit/s 300 ms",
+        lines: [FAST_LINE, LINE_2],
+        sum_mbps: 102.0,
+        streams: 1,
+        fall_to: None,
+        best: "fast",
+        target: Target::Best(0.95),
+        target_text: "≥ 95 % of best line",
+    },
+    Row {
+        key: "fall",
+        label: "100 + 25, line 1 falls to 10 Mbit/s",
+        lines: [FAST_LINE, LINE_25],
+        sum_mbps: 35.0,
+        streams: 1,
+        fall_to: Some("10mbit"),
+        best: "l25",
+        target: Target::Sum(0.70),
+        target_text: "last s ≥ 70 % of 35",
+    },
+    Row {
+        key: "wide",
+        label: "200 Mbit/s + 200 Mbit/s, 4 streams",
+        lines: [WIDE, WIDE],
+        sum_mbps: 400.0,
+        streams: 4,
+        fall_to: None,
+        best: "wide",
+        target: Target::Sum(0.90),
+        target_text: "≥ 90 % of sum",
+    },
+    Row {
+        key: "lossy",
+        label: "100 + 25, 2 % loss on the 25",
+        lines: [FAST_LINE, LINE_25_LOSSY],
+        sum_mbps: 125.0,
+        streams: 1,
+        fall_to: None,
+        best: "fast",
+        target: Target::Row("bond", 0.90),
+        target_text: "≥ 90 % of bond row",
+    },
+];
+
+/// Section 5's timing: transfer length, when line 1 falls, and from when
+/// the fall row counts ("the last seconds").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Timing {
+    pub(super) seconds: u32,
+    pub(super) fall_at: f64,
+    pub(super) tail_from: f64,
+}
+
+pub(super) fn unequal_timing(quick: bool) -> Timing {
+    if quick {
+        Timing {
+            seconds: 5,
+            fall_at: 2.0,
+            tail_from: 3.0,
+        }
+    } else {
+        Timing {
+            seconds: 10,
+            fall_at: 3.0,
+            tail_from: 5.0,
+        }
+    }
+}
+
+/// What runs the transfer of a section 5 case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Who {
+    /// braid, `Mode = aggregate` over both lines.
+    Braid,
+    /// The kernel's MPTCP over two wireguard-go tunnels, one per line.
+    Mptcp,
+}
+
+impl Who {
+    pub(super) fn key(self) -> &'static str {
+        match self {
+            Who::Braid => "braid",
+            Who::Mptcp => "mptcp",
+        }
+    }
+}
+
+pub(super) fn unequal_key(row: &str, cc: &str, who: Who) -> String {
+    format!("unequal/{row}/{cc}/{}", who.key())
+}
+
+pub(super) fn best_key(line: &str, cc: &str) -> String {
+    format!("unequal/best-{line}/{cc}/alone")
+}
+
+pub(super) fn best_line(key: &str) -> &'static BestLine {
+    BEST_LINES
+        .iter()
+        .find(|b| b.key == key)
+        .unwrap_or(&BEST_LINES[0])
+}
+
+/// Section 5's cases, every congestion control in turn: each best line
+/// alone, then per row braid and MPTCP next to each other.
+pub(super) fn unequal_plan(o: &Opts, cases: &mut Vec<Case>) {
+    let t = unequal_timing(o.quick);
+    let rows: Vec<&Row> = ROWS
+        .iter()
+        .filter(|r| o.rows.iter().any(|k| k == r.key))
+        .collect();
+    for cc in &o.unequal_cc {
+        let cc: &'static str = congestion_control(cc);
+        for b in BEST_LINES
+            .iter()
+            .filter(|b| rows.iter().any(|r| r.best == b.key))
+        {
+            let streams = rows
+                .iter()
+                .filter(|r| r.best == b.key)
+                .map(|r| r.streams)
+                .max()
+                .unwrap_or(1);
+            // The 25 Mbit/s line is the fall row's best line: its last
+            // seconds count, like the row's.
+            let fall = rows.iter().any(|r| r.best == b.key && r.fall_to.is_some());
+            cases.push(Case {
+                key: best_key(b.key, cc),
+                run: 0,
+                label: format!(
+                    "5. best line: {}, failover, TCP {cc}{}",
+                    b.label,
+                    streams_label(streams)
+                ),
+                setup: Setup {
+                    mode: "failover",
+                    hold: None,
+                    lines: vec![flags(b.flags, 11)],
+                },
+                measure: Measure::Tcp {
+                    window: None,
+                    cc: Some(cc),
+                },
+                seconds: t.seconds,
+                extra: Extra {
+                    streams,
+                    tail_from: fall.then_some(t.tail_from),
+                    ..Extra::default()
+                },
+            });
+        }
+        for row in &rows {
+            for who in [Who::Braid, Who::Mptcp] {
+                let actions = row
+                    .fall_to
+                    .map(|r| vec![(t.fall_at, 0, format!("rate {r}"))])
+                    .unwrap_or_default();
                 cases.push(Case {
-                    key: unequal_key(variant, cc),
+                    key: unequal_key(row.key, cc, who),
                     run: 0,
-                    label: format!("5. {}, TCP {cc}", unequal_label(variant)),
+                    label: format!(
+                        "5. {}{}, {}, TCP {cc}{}",
+                        row.label,
+                        row.fall_to
+                            .map(|_| format!(" at {:.0} s", t.fall_at))
+                            .unwrap_or_default(),
+                        match who {
+                            Who::Braid => "braid aggregate",
+                            _ => "MPTCP over 2 × wireguard-go",
+                        },
+                        streams_label(row.streams)
+                    ),
                     setup: Setup {
                         mode: "aggregate",
                         hold: None,
-                        lines,
+                        lines: vec![flags(row.lines[0], 11), flags(row.lines[1], 22)],
                     },
                     measure: Measure::Tcp {
                         window: None,
                         cc: Some(cc),
                     },
-                    seconds: if o.quick { 4 } else { 10 },
+                    seconds: t.seconds,
+                    extra: Extra {
+                        mptcp: who == Who::Mptcp,
+                        streams: row.streams,
+                        actions,
+                        tail_from: row.fall_to.map(|_| t.tail_from),
+                    },
                 });
             }
         }
     }
-    cases
 }
 
-/// Section 5's fast line: 100 Mbit/s, 10 ms one way, a 100 ms queue.
-pub(super) const FAST_LINE: &[&str] = &["--rate", "100mbit", "--delay", "10ms", "--queue", "100ms"];
-
-/// Section 5's cases: (key, label, the second line's flags; none: the fast
-/// line alone, the reference every bond is judged against).
-pub(super) const UNEQUAL: [(&str, &str, Option<&[&str]>); 4] = [
-    ("best", "the fast line alone (100 Mbit/s, 10 ms)", None),
-    (
-        "bond",
-        "100 Mbit/s 10 ms + 25 Mbit/s 40 ms",
-        Some(&["--rate", "25mbit", "--delay", "40ms", "--queue", "100ms"]),
-    ),
-    (
-        "slow",
-        "100 Mbit/s 10 ms + 2 Mbit/s 300 ms",
-        Some(&["--rate", "2mbit", "--delay", "300ms", "--queue", "100ms"]),
-    ),
-    (
-        "lossy",
-        "100 Mbit/s 10 ms + 25 Mbit/s 40 ms with 2 % loss",
-        Some(&[
-            "--rate", "25mbit", "--delay", "40ms", "--queue", "100ms", "--loss", "2%",
-        ]),
-    ),
-];
-
-/// The inner TCP's congestion control: cubic (what most users' machines
-/// run) and bbr (this machine's default, which shrugs off loss and
-/// reordering).
-pub(super) const CONGESTION_CONTROLS: [&str; 2] = ["cubic", "bbr"];
-
-pub(super) fn unequal_key(variant: &str, cc: &str) -> String {
-    format!("unequal/{variant}/{cc}")
+fn streams_label(streams: u32) -> String {
+    if streams > 1 {
+        format!(", {streams} streams")
+    } else {
+        String::new()
+    }
 }
 
-pub(super) fn unequal_label(variant: &str) -> &'static str {
-    UNEQUAL.iter().find(|u| u.0 == variant).map_or("?", |u| u.1)
+/// The congestion controls a bench may ask iperf3 for (`-C`): 'static
+/// names for the cases.
+pub(super) const KNOWN_CC: [&str; 5] = ["cubic", "bbr", "reno", "vegas", "westwood"];
+
+fn congestion_control(name: &str) -> &'static str {
+    KNOWN_CC
+        .iter()
+        .find(|c| **c == name)
+        .copied()
+        .unwrap_or("cubic")
 }
 
 /// "3 × 5 s (median)" or "15 s".
