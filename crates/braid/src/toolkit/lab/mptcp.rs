@@ -154,25 +154,38 @@ impl MptcpTunnels {
         format!("198.19.{}.1", TUNNEL_NET[i])
     }
 
-    /// The TCP subflows of MPTCP connections to `SERVER:port` in A right
-    /// now, as their local addresses (`ss -Htni`, sockets with
-    /// tcp-ulp-mptcp).
+    /// The TCP subflows of MPTCP connections to `SERVER:port` in A that
+    /// have sent at least [`DATA_SUBFLOW_BYTES`] so far, as their local
+    /// addresses (`ss -Htni`: sockets with tcp-ulp-mptcp and their
+    /// bytes_sent). iperf3's control connection, MPTCP too, sends less.
     pub fn subflows(&self, port: &str) -> Vec<String> {
         let out = run_in(&self.ns_a, "ss", &["-Htni", "state", "established"], SHORT);
         subflows_in_ss(&out.stdout, &format!("{SERVER}:{port}"))
+            .into_iter()
+            .filter(|(_, sent)| *sent >= DATA_SUBFLOW_BYTES)
+            .map(|(local, _)| local)
+            .collect()
     }
 }
 
-/// The local addresses of the MPTCP subflows to `peer` in `ss -Htni` text
-/// (a socket line, then its info line with `tcp-ulp-mptcp`).
-pub fn subflows_in_ss(text: &str, peer: &str) -> Vec<String> {
+/// What a subflow must have sent to count as carrying the transfer.
+pub const DATA_SUBFLOW_BYTES: u64 = 64 * 1024;
+
+/// The MPTCP subflows to `peer` in `ss -Htni` text (a socket line, then
+/// its info line with `tcp-ulp-mptcp`): (local address, bytes sent).
+pub fn subflows_in_ss(text: &str, peer: &str) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     let mut current: Option<String> = None;
     for line in text.lines() {
         if line.starts_with(char::is_whitespace) {
             if let Some(local) = current.take() {
                 if line.contains("tcp-ulp-mptcp") {
-                    out.push(local);
+                    let sent = line
+                        .split_whitespace()
+                        .find_map(|f| f.strip_prefix("bytes_sent:"))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    out.push((local, sent));
                 }
             }
             continue;
@@ -411,7 +424,7 @@ mod tests {
     fn subflows_are_read_from_ss() {
         let text = "\
 0      0      198.19.95.1:43538 198.19.95.2:5201
-\t cubic wscale:10,10 rto:204 tcp-ulp-mptcp flags:Mmec token:0000(id:0)/82fb5c55(id:0)
+\t cubic wscale:10,10 rto:204 bytes_sent:175823680 tcp-ulp-mptcp flags:Mmec token:0000(id:0)/82fb5c55(id:0)
 0      3158984 198.19.96.1%bl1m2:42843 198.19.95.2:5201
 \t cubic wscale:10,10 tcp-ulp-mptcp flags:Jjec token:82fb5c55(id:0)/20de8d25(id:1)
 0      0      198.18.93.1:40000 198.18.93.2:22
@@ -421,7 +434,10 @@ mod tests {
 ";
         assert_eq!(
             subflows_in_ss(text, "198.19.95.2:5201"),
-            ["198.19.95.1", "198.19.96.1"]
+            [
+                ("198.19.95.1".to_string(), 175823680),
+                ("198.19.96.1".to_string(), 0)
+            ]
         );
         assert!(subflows_in_ss("", "198.19.95.2:5201").is_empty());
         assert_eq!(MptcpTunnels::client_addr(1), "198.19.96.1");

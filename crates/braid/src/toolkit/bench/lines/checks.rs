@@ -2,7 +2,8 @@
 //! (medians over runs where a case ran more than once).
 
 use super::plan::{
-    best_key, runs_text, seed_key, unequal_key, Case, Measure, Row, Target, Who, ROWS, WINDOWS,
+    best_key, cc_label, cc_suffix, runs_text, seed_key, unequal_key, Case, Measure, Row, Target,
+    Who, ROWS, WINDOWS,
 };
 use super::run::Outcome;
 use serde_json::Value;
@@ -76,6 +77,20 @@ impl Results<'_> {
         })
     }
 
+    /// The congestion controls the TCP cases whose keys start with
+    /// `prefix` ran with, in the order they first ran.
+    pub(super) fn ccs(&self, prefix: &str) -> Vec<Option<&'static str>> {
+        let mut out = Vec::new();
+        for c in self.cases.iter().filter(|c| c.key.starts_with(prefix)) {
+            if let Measure::Tcp { cc, .. } = c.measure {
+                if !out.contains(&cc) {
+                    out.push(cc);
+                }
+            }
+        }
+        out
+    }
+
     pub(super) fn runs(&self, key: &str) -> usize {
         self.cases.iter().filter(|c| c.key == key).count()
     }
@@ -95,13 +110,17 @@ pub(super) fn fmt_mbps(r: &Result<f64, String>) -> String {
 pub(super) fn checks(r: &Results) -> Vec<Check> {
     let mut out = Vec::new();
     // 1: the window on 3 ms ± 1 ms against a fixed 3 ms line.
-    for w in WINDOWS {
-        let jit = seed_key("3ms±1ms", w, false);
+    for (cc, w) in r
+        .ccs("seed/")
+        .into_iter()
+        .flat_map(|cc| WINDOWS.map(move |w| (cc, w)))
+    {
+        let jit = seed_key("3ms±1ms", w, false, cc);
         if r.get(&jit).is_none() {
             continue;
         }
         let a = r.num(&jit, "mbps");
-        let b = r.num(&seed_key("3ms", w, false), "mbps");
+        let b = r.num(&seed_key("3ms", w, false, cc), "mbps");
         let (shown, value, pass) = match (&a, &b) {
             (Ok(a), Ok(b)) if *b > 0.0 => {
                 let p = a / b * 100.0;
@@ -116,7 +135,10 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
         };
         out.push(Check {
             section: 1,
-            what: format!("window vs fixed line: 3 ms ± 1 ms / 3 ms, -w {w}"),
+            what: format!(
+                "window vs fixed line: 3 ms ± 1 ms / 3 ms, -w {w}{}",
+                cc_label(cc)
+            ),
             shown,
             value,
             target: Some("≥ 90 %".into()),
@@ -145,49 +167,60 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
             pass: Some(l.is_ok_and(|l| l <= 0.1)),
             key: Some("loss/udp".into()),
         });
-        let t = r.num("loss/tcp", "mbps");
-        let clean = r.num("loss/clean", "mbps");
-        out.push(Check {
-            section: 2,
-            what: format!(
-                "TCP, redundant over the lossy lines ({})",
-                runs_text(r.runs("loss/tcp"), c.seconds)
-            ),
-            shown: format!("{} Mbit/s", fmt_mbps(&t)),
-            value: t.as_ref().ok().copied(),
-            target: None,
-            pass: None,
-            key: Some("loss/tcp".into()),
-        });
-        out.push(Check {
-            section: 2,
-            what: format!(
-                "TCP, one clean line, default window ({})",
-                runs_text(r.runs("loss/clean"), c.seconds)
-            ),
-            shown: format!("{} Mbit/s", fmt_mbps(&clean)),
-            value: clean.as_ref().ok().copied(),
-            target: None,
-            pass: None,
-            key: Some("loss/clean".into()),
-        });
-        let ratio = match (&t, &clean) {
-            (Ok(t), Ok(c)) if *c > 0.0 => Ok(t / c * 100.0),
-            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
-            _ => Err("no throughput on the clean line".into()),
-        };
-        out.push(Check {
-            section: 2,
-            what: "TCP redundant over 2 × 2 % loss / one clean line".into(),
-            shown: match &ratio {
-                Ok(p) => format!("{p:.1} %"),
-                Err(e) => e.clone(),
-            },
-            value: ratio.as_ref().ok().copied(),
-            target: Some("≥ 90 %".into()),
-            pass: Some(ratio.is_ok_and(|p| p >= 90.0)),
-            key: Some("loss/tcp".into()),
-        });
+        for cc in r.ccs("loss/tcp") {
+            let (tcp_key, clean_key) = (
+                format!("loss/tcp{}", cc_suffix(cc)),
+                format!("loss/clean{}", cc_suffix(cc)),
+            );
+            let t = r.num(&tcp_key, "mbps");
+            let clean = r.num(&clean_key, "mbps");
+            out.push(Check {
+                section: 2,
+                what: format!(
+                    "TCP{}, redundant over the lossy lines ({})",
+                    cc_label(cc),
+                    runs_text(r.runs(&tcp_key), c.seconds)
+                ),
+                shown: format!("{} Mbit/s", fmt_mbps(&t)),
+                value: t.as_ref().ok().copied(),
+                target: None,
+                pass: None,
+                key: Some(tcp_key.clone()),
+            });
+            out.push(Check {
+                section: 2,
+                what: format!(
+                    "TCP{}, one clean line, default window ({})",
+                    cc_label(cc),
+                    runs_text(r.runs(&clean_key), c.seconds)
+                ),
+                shown: format!("{} Mbit/s", fmt_mbps(&clean)),
+                value: clean.as_ref().ok().copied(),
+                target: None,
+                pass: None,
+                key: Some(clean_key),
+            });
+            let ratio = match (&t, &clean) {
+                (Ok(t), Ok(c)) if *c > 0.0 => Ok(t / c * 100.0),
+                (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+                _ => Err("no throughput on the clean line".into()),
+            };
+            out.push(Check {
+                section: 2,
+                what: format!(
+                    "TCP{} redundant over 2 × 2 % loss / one clean line",
+                    cc_label(cc)
+                ),
+                shown: match &ratio {
+                    Ok(p) => format!("{p:.1} %"),
+                    Err(e) => e.clone(),
+                },
+                value: ratio.as_ref().ok().copied(),
+                target: Some("≥ 90 %".into()),
+                pass: Some(ratio.is_ok_and(|p| p >= 90.0)),
+                key: Some(tcp_key),
+            });
+        }
     }
     // 3: a cut line.
     for mode in ["redundant", "failover"] {
@@ -235,8 +268,12 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
         }
     }
     // 4: aggregate.
-    for mode in ["aggregate", "redundant"] {
-        let key = format!("agg/{mode}");
+    for (cc, mode) in r
+        .ccs("agg/")
+        .into_iter()
+        .flat_map(|cc| ["aggregate", "redundant"].map(move |m| (cc, m)))
+    {
+        let key = format!("agg/{mode}{}", cc_suffix(cc));
         let Some((c, out_)) = r.get(&key) else {
             continue;
         };
@@ -245,7 +282,7 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
         let aggregate = mode == "aggregate";
         out.push(Check {
             section: 4,
-            what: format!("{mode}: one TCP stream ({} s)", c.seconds),
+            what: format!("{mode}: one TCP stream{} ({} s)", cc_label(cc), c.seconds),
             shown: format!("{} Mbit/s{split}", fmt_mbps(&m)),
             value: m.as_ref().ok().copied(),
             target: aggregate.then(|| "≥ 160 Mbit/s".into()),

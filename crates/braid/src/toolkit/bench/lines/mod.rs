@@ -48,7 +48,7 @@ use std::time::Instant;
 const USAGE: &str = "\
 usage: braid bench lines [--quick] [--json] [--seconds N] [--long-seconds N]
                          [--runs N] [--only seed,loss,cut,aggregate,unequal]
-                         [--cc NAME] [--unequal-cc LIST] [--rows LIST]
+                         [--cc LIST] [--unequal-cc LIST] [--rows LIST]
 
 Dual-line benchmark (issue 4) between two network namespaces, lines made
 with `braid netem`, iperf3 single stream, every case on fresh relays and
@@ -63,10 +63,12 @@ tunnels. Prints a progress line per case on stderr, then the tables.
                      interleaved, and show the median (default 3, quick 1)
   --only LIST        run only these sections (seed, loss, cut, aggregate,
                      unequal)
-  --cc NAME          congestion control of the TCP inside the tunnel in
-                     sections 1, 2 and 4 (iperf3 -C: cubic, bbr, reno, vegas,
-                     westwood; default: the machine's, see
-                     /proc/sys/net/ipv4/tcp_congestion_control)
+  --cc LIST          congestion controls of the TCP inside the tunnel in
+                     sections 1, 2 and 4, each in turn (iperf3 -C: cubic,
+                     bbr, reno, vegas, westwood, or default: the machine's,
+                     /proc/sys/net/ipv4/tcp_congestion_control); default:
+                     sections 1 and 2 default,cubic (quick: default),
+                     section 4 default
   --unequal-cc LIST  the congestion controls section 5 runs every row with
                      (default cubic,bbr; quick cubic)
   --rows LIST        only these rows of section 5 (bond, even, slow, fall,
@@ -99,11 +101,13 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         long: 0,
         runs: 0,
         only: SECTIONS.iter().map(|s| s.to_string()).collect(),
-        cc: None,
+        cc: Vec::new(),
+        agg_cc: Vec::new(),
         unequal_cc: Vec::new(),
         rows: plan::ROWS.iter().map(|r| r.key.to_string()).collect(),
     };
     let mut unequal_cc = None;
+    let mut cc = None;
     let (mut short, mut long, mut runs) = (None, None, None);
     let mut args = Args::new(argv);
     while let Some(a) = args.next() {
@@ -114,7 +118,17 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             "--seconds" => short = Some(args.number(a, 1..=600)?),
             "--long-seconds" => long = Some(args.number(a, 1..=600)?),
             "--runs" => runs = Some(args.number(a, 1..=20)?),
-            "--cc" => o.cc = Some(known_cc(a, &args.value(a)?)?),
+            "--cc" => {
+                let v = args.value(a)?;
+                let list = v
+                    .split(',')
+                    .map(|c| match c.trim() {
+                        "default" => Ok(None),
+                        c => known_cc(a, c).map(Some),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                cc = Some(list);
+            }
             "--unequal-cc" => {
                 let v = args.value(a)?;
                 let list = v
@@ -157,6 +171,14 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     o.short = short.unwrap_or(if o.quick { 2 } else { 5 });
     o.long = long.unwrap_or(if o.quick { 5 } else { 15 });
     o.runs = runs.unwrap_or(if o.quick { 1 } else { 3 });
+    // Sections 1 and 2 also with cubic (issue 19): the machine's default
+    // (bbr here) hides what reordering and loss cost most users.
+    o.agg_cc = cc.clone().unwrap_or(vec![None]);
+    o.cc = cc.unwrap_or(if o.quick {
+        vec![None]
+    } else {
+        vec![None, Some("cubic")]
+    });
     o.unequal_cc = unequal_cc.unwrap_or_else(|| {
         let all: &[&str] = if o.quick {
             &["cubic"]

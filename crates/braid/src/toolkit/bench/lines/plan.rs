@@ -20,9 +20,12 @@ pub(super) struct Opts {
     pub(super) long: u32,
     pub(super) runs: usize,
     pub(super) only: Vec<String>,
-    /// `-C` of the TCP cases of sections 1, 2 and 4 (`None`: the
-    /// machine's default).
-    pub(super) cc: Option<&'static str>,
+    /// The congestion controls (`iperf3 -C`; `None`: the machine's
+    /// default) the TCP cases of sections 1 and 2 run with, each in turn.
+    pub(super) cc: Vec<Option<&'static str>>,
+    /// The same for section 4 (only what `--cc` asks for; default: the
+    /// machine's).
+    pub(super) agg_cc: Vec<Option<&'static str>>,
     /// The congestion controls section 5 runs, each in turn.
     pub(super) unequal_cc: Vec<String>,
     /// The rows of section 5 to run (keys of [`ROWS`]).
@@ -144,7 +147,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
     if wants("seed") {
         let profiles: Vec<&Profile> = PROFILES.iter().filter(|p| !o.quick || !p.long).collect();
         let windows: &[&str] = if o.quick { &WINDOWS[..1] } else { &WINDOWS };
-        for w in windows {
+        for (cc, w) in
+            o.cc.iter()
+                .flat_map(|cc| windows.iter().map(move |w| (*cc, w)))
+        {
             // Short lines: `runs` interleaved rounds; 200 ms lines once.
             let rounds =
                 (0..o.runs).flat_map(|r| profiles.iter().filter(|p| !p.long).map(move |p| (r, *p)));
@@ -153,16 +159,17 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                 for hold in [Some("0"), None] {
                     let runs = if p.long { 1 } else { o.runs };
                     cases.push(Case {
-                        key: seed_key(p.key, w, hold.is_some()),
+                        key: seed_key(p.key, w, hold.is_some(), cc),
                         run,
                         label: format!(
-                            "1. one line {}, -w {w}, {}{}",
+                            "1. one line {}, -w {w}, {}{}{}",
                             p.label,
                             if hold.is_some() {
                                 "ReorderHold = 0"
                             } else {
                                 "window"
                             },
+                            cc_label(cc),
                             run_label(run, runs)
                         ),
                         setup: Setup {
@@ -172,7 +179,7 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                         },
                         measure: Measure::Tcp {
                             window: Some(w),
-                            cc: o.cc,
+                            cc,
                         },
                         seconds: if p.long { o.long } else { o.short },
                         extra: Extra::default(),
@@ -204,12 +211,16 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
             seconds: o.short,
             extra: Extra::default(),
         });
-        for run in 0..o.runs {
+        for (cc, run) in
+            o.cc.iter()
+                .flat_map(|cc| (0..o.runs).map(move |r| (*cc, r)))
+        {
             cases.push(Case {
-                key: "loss/tcp".into(),
+                key: format!("loss/tcp{}", cc_suffix(cc)),
                 run,
                 label: format!(
-                    "2. two 200 Mbit/s lines 2 % loss, redundant, TCP{}",
+                    "2. two 200 Mbit/s lines 2 % loss, redundant, TCP{}{}",
+                    cc_label(cc),
                     run_label(run, o.runs)
                 ),
                 setup: Setup {
@@ -217,18 +228,16 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     hold: None,
                     lines: vec![lossy(), lossy2()],
                 },
-                measure: Measure::Tcp {
-                    window: None,
-                    cc: o.cc,
-                },
+                measure: Measure::Tcp { window: None, cc },
                 seconds: o.short,
                 extra: Extra::default(),
             });
             cases.push(Case {
-                key: "loss/clean".into(),
+                key: format!("loss/clean{}", cc_suffix(cc)),
                 run,
                 label: format!(
-                    "2. one clean 200 Mbit/s line, TCP (reference){}",
+                    "2. one clean 200 Mbit/s line, TCP{} (reference){}",
+                    cc_label(cc),
                     run_label(run, o.runs)
                 ),
                 setup: Setup {
@@ -236,10 +245,7 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     hold: None,
                     lines: vec![flags(&["--rate", "200mbit"], 11)],
                 },
-                measure: Measure::Tcp {
-                    window: None,
-                    cc: o.cc,
-                },
+                measure: Measure::Tcp { window: None, cc },
                 seconds: o.short,
                 extra: Extra::default(),
             });
@@ -278,11 +284,18 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
         }
     }
     if wants("aggregate") {
-        for mode in ["aggregate", "redundant"] {
+        for (cc, mode) in o
+            .agg_cc
+            .iter()
+            .flat_map(|cc| ["aggregate", "redundant"].map(move |m| (*cc, m)))
+        {
             cases.push(Case {
-                key: format!("agg/{mode}"),
+                key: format!("agg/{mode}{}", cc_suffix(cc)),
                 run: 0,
-                label: format!("4. two lines 100 Mbit/s, 10 ms and 30 ms, {mode}, TCP"),
+                label: format!(
+                    "4. two lines 100 Mbit/s, 10 ms and 30 ms, {mode}, TCP{}",
+                    cc_label(cc)
+                ),
                 setup: Setup {
                     mode,
                     hold: None,
@@ -291,10 +304,7 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                         flags(&["--rate", "100mbit", "--delay", "30ms"], 22),
                     ],
                 },
-                measure: Measure::Tcp {
-                    window: None,
-                    cc: o.cc,
-                },
+                measure: Measure::Tcp { window: None, cc },
                 seconds: o.long,
                 extra: Extra::default(),
             });
@@ -638,9 +648,21 @@ pub(super) fn run_label(run: usize, runs: usize) -> String {
     }
 }
 
-pub(super) fn seed_key(profile: &str, window: &str, hold0: bool) -> String {
+pub(super) fn seed_key(profile: &str, window: &str, hold0: bool, cc: Option<&str>) -> String {
     format!(
-        "seed/{profile}/{window}/{}",
-        if hold0 { "hold0" } else { "window" }
+        "seed/{profile}/{window}/{}{}",
+        if hold0 { "hold0" } else { "window" },
+        cc_suffix(cc)
     )
+}
+
+/// What a case key gets for an explicit congestion control ("/cubic"); none
+/// for the machine's default, so the default's keys stay what they were.
+pub(super) fn cc_suffix(cc: Option<&str>) -> String {
+    cc.map_or(String::new(), |c| format!("/{c}"))
+}
+
+/// ", cubic" in a case label; nothing for the machine's default.
+pub(super) fn cc_label(cc: Option<&str>) -> String {
+    cc.map_or(String::new(), |c| format!(", {c}"))
 }

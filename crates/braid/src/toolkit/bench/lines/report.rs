@@ -8,6 +8,8 @@ use serde_json::{json, Value};
 
 /// Rows of the seed's table: (profile, window, seconds, line, hold 0, window).
 pub(super) struct SeedRow {
+    /// The TCP's congestion control (`None`: the machine's default).
+    pub(super) cc: Option<&'static str>,
     pub(super) profile: &'static Profile,
     pub(super) window: &'static str,
     pub(super) seconds: u32,
@@ -22,21 +24,26 @@ pub(super) struct SeedRow {
 
 pub(super) fn seed_rows(r: &Results) -> Vec<SeedRow> {
     let mut rows = Vec::new();
-    for window in WINDOWS {
+    for (cc, window) in r
+        .ccs("seed/")
+        .into_iter()
+        .flat_map(|cc| WINDOWS.map(move |w| (cc, w)))
+    {
         for p in &PROFILES {
-            let k0 = seed_key(p.key, window, true);
-            let kw = seed_key(p.key, window, false);
+            let k0 = seed_key(p.key, window, true, cc);
+            let kw = seed_key(p.key, window, false, cc);
             let Some((c, _)) = r.get(&k0).or_else(|| r.get(&kw)) else {
                 continue;
             };
             rows.push(SeedRow {
+                cc,
                 profile: p,
                 window,
                 seconds: c.seconds,
                 runs: r.runs(&k0).max(r.runs(&kw)),
                 hold0_runs: r.all(&k0, "mbps").unwrap_or_default(),
                 win_runs: r.all(&kw, "mbps").unwrap_or_default(),
-                line: r.num(&seed_key(p.twin, window, true), "mbps"),
+                line: r.num(&seed_key(p.twin, window, true, cc), "mbps"),
                 line_same_run: p.twin == p.key,
                 hold0: r.num(&k0, "mbps"),
                 win: r.num(&kw, "mbps"),
@@ -64,10 +71,11 @@ pub(super) fn print_text(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
         println!("             reorder); * = that is this row's own ReorderHold = 0 run, not a separate measurement");
         println!("   hold 0  = braid, ReorderHold = 0 (window off)       window = braid, default ReorderHold (adaptive)");
         println!("   runs    = transfer length; \"3×5s med.\" = the median of 3 interleaved runs of 5 s, each on fresh tunnels");
+        println!("   cc      = the TCP's congestion control inside the tunnel (iperf3 -C); default = this machine's");
         println!();
         println!(
-            "   {:<16} {:>6} {:>12} {:>10} {:>10} {:>10}",
-            "line profile", "-w", "runs", "line", "hold 0", "window"
+            "   {:<16} {:>6} {:>8} {:>12} {:>10} {:>10} {:>10}",
+            "line profile", "-w", "cc", "runs", "line", "hold 0", "window"
         );
         for row in rows {
             let line = fmt_mbps(&row.line)
@@ -77,9 +85,10 @@ pub(super) fn print_text(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
                     " "
                 };
             println!(
-                "   {:<16} {:>6} {:>12} {:>10} {:>9}  {:>9} ",
+                "   {:<16} {:>6} {:>8} {:>12} {:>10} {:>9}  {:>9} ",
                 row.profile.label,
                 row.window,
+                row.cc.unwrap_or("default"),
                 if row.runs > 1 {
                     format!("{}×{}s med.", row.runs, row.seconds)
                 } else {
@@ -97,8 +106,10 @@ pub(super) fn print_text(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
                     .into_iter()
                     .filter_map(move |(x, col)| match x {
                         Err(e) if e != "not run" => Some(format!(
-                            "   {} -w {} {col}: {e}",
-                            row.profile.label, row.window
+                            "   {} -w {} {} {col}: {e}",
+                            row.profile.label,
+                            row.window,
+                            row.cc.unwrap_or("default")
                         )),
                         _ => None,
                     })
@@ -124,14 +135,7 @@ pub(super) fn print_text(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
             "4. Two lines capped at 100 Mbit/s each way (--rate 100mbit, queue 50 ms), 10 ms and 30 ms",
         ),
     ];
-    let cc =
-        o.cc.map_or(String::new(), |c| format!(", TCP {c} inside the tunnel"));
     for (section, title) in titles {
-        let title = if title.is_empty() {
-            String::new()
-        } else {
-            format!("{title}{cc}")
-        };
         let rows: Vec<&Check> = checks.iter().filter(|c| c.section == section).collect();
         if rows.is_empty() {
             continue;
@@ -460,6 +464,7 @@ pub(super) fn print_json(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
             json!({
                 "profile": row.profile.key,
                 "label": row.profile.label,
+                "congestion_control": row.cc,
                 "window": row.window,
                 "seconds": row.seconds,
                 "line_mbps": ok(&row.line),
@@ -489,6 +494,7 @@ pub(super) fn print_json(o: &Opts, r: &Results, rows: &[SeedRow], checks: &[Chec
         "total_seconds": total,
         "seed_table": seed,
         "congestion_control": o.cc,
+        "aggregate_congestion_control": o.agg_cc,
         "unequal_congestion_controls": o.unequal_cc,
         "unequal": unequal_json(&unequal_rows(r)),
         "checks": checks_j,

@@ -523,7 +523,7 @@ pub(super) fn mptcp_evidence(version: &str, subflows: &[String], relays: &[Value
     local.sort();
     local.dedup();
     let summary = format!(
-        "{} subflow(s) seen from {}; line bytes A→B {}{}",
+        "{} subflow(s) carrying data (ss, mid-transfer) from {}; line bytes A→B {}{}",
         subflows.len(),
         if local.is_empty() {
             "nowhere".to_string()

@@ -91,20 +91,41 @@ fn quick_and_congestion_control_options() {
     assert!(plan(&o).iter().all(|c| c.seconds == t.seconds));
     let full = unequal_timing(false);
     assert_eq!((full.seconds, full.fall_at, full.tail_from), (10, 3.0, 5.0));
-    let o = opts("--only seed,loss --cc cubic --unequal-cc bbr");
-    assert_eq!(o.cc, Some("cubic"));
+    let o = opts("--only seed,loss,aggregate --cc cubic --unequal-cc bbr");
+    assert_eq!(o.cc, [Some("cubic")]);
+    assert_eq!(o.agg_cc, [Some("cubic")]);
     assert_eq!(o.unequal_cc, ["bbr"]);
     for c in plan(&o) {
         if let Measure::Tcp { cc, .. } = c.measure {
             assert_eq!(cc, Some("cubic"), "{}", c.key);
+            assert!(c.key.ends_with("/cubic"), "{}", c.key);
         }
     }
-    // Without --cc, sections 1, 2 and 4 keep the machine's default.
+    // By default sections 1 and 2 run with the machine's default and with
+    // cubic, under keys of their own (the default's as before); section 4
+    // with the default only; quick with the default only.
     let o = opts("--only seed,loss,aggregate");
-    assert_eq!(o.cc, None);
-    assert!(plan(&o)
+    assert_eq!(o.cc, [None, Some("cubic")]);
+    let cases = plan(&o);
+    let with = |cc: Option<&str>, prefix: &str| {
+        cases
+            .iter()
+            .filter(|c| c.key.starts_with(prefix))
+            .filter(|c| matches!(c.measure, Measure::Tcp { cc: x, .. } if x == cc))
+            .count()
+    };
+    assert_eq!(with(None, "seed/"), with(Some("cubic"), "seed/"));
+    assert!(with(None, "seed/") > 0);
+    assert_eq!(with(None, "loss/tcp"), 3);
+    assert_eq!(with(Some("cubic"), "loss/tcp/cubic"), 3);
+    assert_eq!(with(Some("cubic"), "loss/clean/cubic"), 3);
+    assert_eq!((with(None, "agg/"), with(Some("cubic"), "agg/")), (2, 0));
+    assert!(cases.iter().any(|c| c.key == "seed/3ms±1ms/8M/window"));
+    assert!(cases
         .iter()
-        .all(|c| !matches!(c.measure, Measure::Tcp { cc: Some(_), .. })));
+        .any(|c| c.key == "seed/3ms±1ms/8M/window/cubic"));
+    assert_eq!(opts("--quick --only seed").cc, [None]);
+    assert_eq!(opts("--cc default,bbr").cc, [None, Some("bbr")]);
     // One row: its cases and its best line only.
     let o = opts("--only unequal --rows bond --unequal-cc cubic");
     let keys: Vec<String> = plan(&o).into_iter().map(|c| c.key).collect();
