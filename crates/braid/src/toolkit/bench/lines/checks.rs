@@ -77,6 +77,16 @@ impl Results<'_> {
         })
     }
 
+    /// The results of every run of `key` that gave one.
+    pub(super) fn results(&self, key: &str) -> Vec<&Value> {
+        self.cases
+            .iter()
+            .zip(self.outcomes)
+            .filter(|(c, _)| c.key == key)
+            .filter_map(|(_, o)| o.result.as_ref().ok())
+            .collect()
+    }
+
     /// The congestion controls the TCP cases whose keys start with
     /// `prefix` ran with, in the order they first ran.
     pub(super) fn ccs(&self, prefix: &str) -> Vec<Option<&'static str>> {
@@ -360,7 +370,22 @@ pub(super) fn unequal_rows(r: &Results) -> Vec<UnequalRow> {
                 },
                 None => Err("not run".into()),
             };
-            let evidence = r.get(&mkey).and_then(|(_, o)| o.result.as_ref().ok());
+            // Every run of the anchor must have used both lines.
+            let evidence = r.results(&mkey);
+            let two: Vec<Option<bool>> = evidence
+                .iter()
+                .map(|v| v["mptcp"]["two_subflows"].as_bool())
+                .collect();
+            let mptcp_two_subflows = match two.as_slice() {
+                [] => None,
+                all if all.contains(&None) => None,
+                all => Some(all.iter().all(|x| *x == Some(true))),
+            };
+            let mptcp_summary = evidence
+                .iter()
+                .filter_map(|v| v["mptcp"]["summary"].as_str())
+                .collect::<Vec<_>>()
+                .join(" | ");
             let best = r.num(&best_key(row.best, cc), field);
             let reference = match row.target {
                 Target::Row(other, _) => Some(r.num(&unequal_key(other, cc, Who::Braid), field)),
@@ -379,11 +404,8 @@ pub(super) fn unequal_rows(r: &Results) -> Vec<UnequalRow> {
                 braid,
                 mptcp,
                 reference,
-                mptcp_two_subflows: evidence.and_then(|v| v["mptcp"]["two_subflows"].as_bool()),
-                mptcp_summary: evidence
-                    .and_then(|v| v["mptcp"]["summary"].as_str())
-                    .unwrap_or("")
-                    .to_string(),
+                mptcp_two_subflows,
+                mptcp_summary,
                 split,
                 pass,
                 verdict,

@@ -49,6 +49,7 @@ const USAGE: &str = "\
 usage: braid bench lines [--quick] [--json] [--seconds N] [--long-seconds N]
                          [--runs N] [--only seed,loss,cut,aggregate,unequal]
                          [--cc LIST] [--unequal-cc LIST] [--rows LIST]
+                         [--unequal-runs N]
 
 Dual-line benchmark (issue 4) between two network namespaces, lines made
 with `braid netem`, iperf3 single stream, every case on fresh relays and
@@ -73,6 +74,8 @@ tunnels. Prints a progress line per case on stderr, then the tables.
                      (default cubic,bbr; quick cubic)
   --rows LIST        only these rows of section 5 (bond, even, slow, fall,
                      wide, lossy; default all)
+  --unequal-runs N   rounds of section 5, interleaved; its table shows the
+                     median of each cell (default 1)
 
 Section 5 (unequal, issue 19): two `braid netem` lines with rate caps and
 100 ms queues, one TCP stream unless said, 10 s per case (quick 5 s):
@@ -105,6 +108,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         agg_cc: Vec::new(),
         unequal_cc: Vec::new(),
         rows: plan::ROWS.iter().map(|r| r.key.to_string()).collect(),
+        unequal_runs: 1,
     };
     let mut unequal_cc = None;
     let mut cc = None;
@@ -137,6 +141,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
                     .collect::<Result<Vec<_>, _>>()?;
                 unequal_cc = Some(list);
             }
+            "--unequal-runs" => o.unequal_runs = args.number(a, 1..=20)?,
             "--rows" => {
                 let v = args.value(a)?;
                 o.rows = v.split(',').map(|s| s.trim().to_string()).collect();

@@ -30,6 +30,8 @@ pub(super) struct Opts {
     pub(super) unequal_cc: Vec<String>,
     /// The rows of section 5 to run (keys of [`ROWS`]).
     pub(super) rows: Vec<String>,
+    /// Rounds of section 5 (interleaved; the tables show medians).
+    pub(super) unequal_runs: usize,
 }
 
 /// A line profile of the seed's table.
@@ -528,7 +530,8 @@ pub(super) fn unequal_plan(o: &Opts, cases: &mut Vec<Case>) {
         .iter()
         .filter(|r| o.rows.iter().any(|k| k == r.key))
         .collect();
-    for cc in &o.unequal_cc {
+    let rounds = o.unequal_runs.max(1);
+    for (run, cc) in (0..rounds).flat_map(|r| o.unequal_cc.iter().map(move |cc| (r, cc))) {
         let cc: &'static str = congestion_control(cc);
         for b in BEST_LINES
             .iter()
@@ -545,11 +548,12 @@ pub(super) fn unequal_plan(o: &Opts, cases: &mut Vec<Case>) {
             let fall = rows.iter().any(|r| r.best == b.key && r.fall_to.is_some());
             cases.push(Case {
                 key: best_key(b.key, cc),
-                run: 0,
+                run,
                 label: format!(
-                    "5. best line: {}, failover, TCP {cc}{}",
+                    "5. best line: {}, failover, TCP {cc}{}{}",
                     b.label,
-                    streams_label(streams)
+                    streams_label(streams),
+                    run_label(run, rounds)
                 ),
                 setup: Setup {
                     mode: "failover",
@@ -576,9 +580,9 @@ pub(super) fn unequal_plan(o: &Opts, cases: &mut Vec<Case>) {
                     .unwrap_or_default();
                 cases.push(Case {
                     key: unequal_key(row.key, cc, who),
-                    run: 0,
+                    run,
                     label: format!(
-                        "5. {}{}, {}, TCP {cc}{}",
+                        "5. {}{}, {}, TCP {cc}{}{}",
                         row.label,
                         row.fall_to
                             .map(|_| format!(" at {:.0} s", t.fall_at))
@@ -587,7 +591,8 @@ pub(super) fn unequal_plan(o: &Opts, cases: &mut Vec<Case>) {
                             Who::Braid => "braid aggregate",
                             _ => "MPTCP over 2 × wireguard-go",
                         },
-                        streams_label(row.streams)
+                        streams_label(row.streams),
+                        run_label(run, rounds)
                     ),
                     setup: Setup {
                         mode: "aggregate",

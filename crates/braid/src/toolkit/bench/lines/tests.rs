@@ -137,7 +137,17 @@ fn quick_and_congestion_control_options() {
             unequal_key("bond", "cubic", Who::Mptcp)
         ]
     );
+    // Rounds: interleaved, each case once per round.
+    let o = opts("--only unequal --rows slow --unequal-cc cubic,bbr --unequal-runs 3");
+    let cases = plan(&o);
+    assert_eq!(cases.len(), 3 * 2 * 3);
+    assert_eq!(cases[0].run, 0);
+    assert_eq!(cases[3].key, best_key("fast", "bbr"));
+    assert_eq!(cases[6].key, best_key("fast", "cubic"));
+    assert_eq!(cases[6].run, 1);
+    assert!(cases[17].label.contains("run 3/3"), "{}", cases[17].label);
     for bad in [
+        "--unequal-runs 0",
         "--cc",
         "--cc fast",
         "--unequal-cc cubic,nope",
@@ -354,4 +364,30 @@ fn mptcp_evidence_needs_traffic_on_both_lines() {
     assert!(v["summary"].as_str().unwrap().contains("NOT both lines"));
     let v = mptcp_evidence("wireguard-go v1", &[], &[relay(5e6)]);
     assert_eq!(v["two_subflows"], false);
+}
+
+#[test]
+fn rounds_give_medians_and_every_anchor_run_must_use_both_lines() {
+    let o = opts("--only unequal --rows bond --unequal-cc cubic --unequal-runs 3");
+    let cases = plan(&o);
+    let outcomes: Vec<Outcome> = cases
+        .iter()
+        .map(|c| {
+            let mbps = 80.0 + 10.0 * c.run as f64;
+            outcome(Ok(json!({
+                "mbps": if c.extra.mptcp { mbps + 30.0 } else { mbps },
+                "mptcp": {"two_subflows": c.run != 2, "summary": format!("run {}", c.run)},
+            })))
+        })
+        .collect();
+    let r = Results {
+        cases: &cases,
+        outcomes: &outcomes,
+    };
+    let rows = super::checks::unequal_rows(&r);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].braid, Ok(90.0));
+    assert_eq!(rows[0].mptcp, Ok(120.0));
+    assert_eq!(rows[0].mptcp_two_subflows, Some(false));
+    assert_eq!(rows[0].mptcp_summary, "run 0 | run 1 | run 2");
 }
