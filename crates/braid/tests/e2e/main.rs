@@ -33,6 +33,7 @@ mod ipv6;
 mod mss;
 mod multipath;
 mod netem;
+mod netem_rate;
 mod pmtu;
 mod privilege;
 mod rate_limit;
