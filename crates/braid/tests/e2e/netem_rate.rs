@@ -89,8 +89,6 @@ fn relay(to: u16, args: &[&str], tag: &str) -> (Relay, u16) {
 #[test]
 fn rate_on_command_holds_the_new_rate() {
     let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sink.set_read_timeout(Some(Duration::from_millis(20)))
-        .unwrap();
     let to = sink.local_addr().unwrap().port();
     let (r, port) = relay(to, &["--rate", "100mbit", "--queue", "50ms"], "cmd");
     for (bad, words) in [
@@ -108,30 +106,34 @@ fn rate_on_command_holds_the_new_rate() {
     // 800 kbit/s: 100 datagrams of 1000 bytes per second.
     assert_eq!(r.control("rate 800kbit"), "ok");
     let src = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sink.set_nonblocking(true).unwrap();
+    // Five times what the line carries, for 0.6 s, then 0.2 s to drain.
     let start = Instant::now();
-    for _ in 0..300 {
-        src.send_to(&[7u8; 1000], ("127.0.0.1", port)).unwrap();
-    }
-    let mut got = 0u64;
+    let (mut sent, mut got) = (0u64, 0u64);
     let mut buf = [0u8; 2048];
     while start.elapsed() < Duration::from_millis(800) {
-        if sink.recv_from(&mut buf).is_ok() {
+        let due = start.elapsed().as_millis().min(600) as u64 / 2;
+        while sent < due {
+            src.send_to(&[7u8; 1000], ("127.0.0.1", port)).unwrap();
+            sent += 1;
+        }
+        while sink.recv_from(&mut buf).is_ok() {
             got += 1;
         }
+        std::thread::sleep(Duration::from_millis(1));
     }
     let elapsed = start.elapsed().as_secs_f64();
     // What 100 datagrams/s allow since the first was sent, plus one
     // already on the wire.
     let bound = (elapsed * 100.0).ceil() as u64 + 1;
-    eprintln!("{got} datagrams in {elapsed:.3} s through 800 kbit/s (bound {bound})");
+    eprintln!("{got} of {sent} datagrams in {elapsed:.3} s through 800 kbit/s (bound {bound})");
     assert!(got >= 1, "nothing passed");
     assert!(got <= bound, "{got} datagrams passed, at most {bound} may");
     let stats: serde_json::Value = serde_json::from_str(&r.control("stats json")).unwrap();
-    // The 50 ms queue at 100 datagrams/s holds 5: the rest was dropped.
-    assert!(
-        stats["up"]["dropped"]["queue"].as_u64().unwrap() >= 200,
-        "{stats}"
-    );
+    // Offered at five times the rate behind a 50 ms queue: most of it
+    // was dropped there.
+    let dropped = stats["up"]["dropped"]["queue"].as_u64().unwrap();
+    assert!(dropped + got <= sent && dropped >= sent / 2, "{stats}");
 }
 
 #[test]
