@@ -485,6 +485,7 @@ impl<T> Relay<T> {
                 queue_bytes: d.model.queue_bytes(now),
                 in_flight_packets: d.heap.len() as u64,
                 in_flight_bytes: d.in_flight_bytes,
+                rate_bps: d.model.params().rate_bps,
             }
         };
         Stats {

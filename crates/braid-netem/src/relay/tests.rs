@@ -456,6 +456,8 @@ fn the_rate_changes_on_time_and_a_perfect_line_leaves_the_fast_path() {
     assert_eq!(r.next_deadline(), t0 + ms(5000));
     r.poll_timers(t0 + ms(5000));
     assert_eq!((r.rate(Dir::Up), r.rate(Dir::Down)), (Some(800), Some(800)));
+    let s = r.stats(t0 + ms(5000));
+    assert_eq!((s.up.rate_bps, s.down.rate_bps), (Some(800), Some(800)));
     // The down direction had no impairment: now it is capped too.
     assert!(!r.is_perfect(Dir::Down));
     // 100 bytes take 1 s now.

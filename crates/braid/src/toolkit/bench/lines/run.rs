@@ -332,6 +332,7 @@ impl Bench {
         let result = self.transfer(case, &to, &netems).map(|(v, _)| v);
         let (mut counters, mut show) = self.counters();
         let relays = relay_stats(&netems, &mut show);
+        check_rates(case, &relays, &mut notes);
         if let Value::Object(m) = &mut counters {
             m.insert("netem".into(), Value::Array(relays));
         }
@@ -422,6 +423,7 @@ impl Bench {
         let result = self.mptcp_transfer(case, &tunnels, &netems, &tools);
         let mut show = String::new();
         let relays = relay_stats(&netems, &mut show);
+        check_rates(case, &relays, &mut notes);
         let result = result.map(|(mut v, subflows)| {
             v["mptcp"] = mptcp_evidence(&tools.version, &subflows, &relays);
             v
@@ -505,6 +507,25 @@ fn relay_stats(netems: &[NetemLine], show: &mut String) -> Vec<Value> {
         relays.push(serde_json::from_str::<Value>(&stats).unwrap_or(json!(stats)));
     }
     relays
+}
+
+/// A note for every `rate RATE` sent to a relay during the case whose line
+/// does not run at that rate at the end (the relays report their rate).
+pub(super) fn check_rates(case: &Case, relays: &[Value], notes: &mut Vec<String>) {
+    for (_, line, cmd) in &case.extra.actions {
+        let Some(rate) = cmd.strip_prefix("rate ") else {
+            continue;
+        };
+        let want = crate::toolkit::netem::args::parse_rate_change("rate", rate).ok();
+        let have = relays.get(*line).and_then(|r| r["up"]["rate_bps"].as_u64());
+        if want.is_none() || have != want {
+            notes.push(format!(
+                "line {} should run at {rate} after the change, but its relay reports {:?} bit/s",
+                line + 1,
+                have
+            ));
+        }
+    }
 }
 
 /// Bytes below which a line is taken not to have carried a subflow (the

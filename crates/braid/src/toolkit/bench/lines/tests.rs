@@ -391,3 +391,20 @@ fn rounds_give_medians_and_every_anchor_run_must_use_both_lines() {
     assert_eq!(rows[0].mptcp_two_subflows, Some(false));
     assert_eq!(rows[0].mptcp_summary, "run 0 | run 1 | run 2");
 }
+
+#[test]
+fn a_rate_change_that_did_not_happen_is_noted() {
+    let o = opts("--only unequal --rows fall --unequal-cc cubic");
+    let cases = plan(&o);
+    let fall = cases.iter().find(|c| c.key.contains("/fall/")).unwrap();
+    let relay = |bps: u64| json!({"up": {"rate_bps": bps}});
+    let mut notes = Vec::new();
+    super::run::check_rates(fall, &[relay(10_000_000), relay(25_000_000)], &mut notes);
+    assert!(notes.is_empty(), "{notes:?}");
+    super::run::check_rates(fall, &[relay(100_000_000), relay(25_000_000)], &mut notes);
+    assert_eq!(notes.len(), 1);
+    assert!(
+        notes[0].contains("line 1") && notes[0].contains("10mbit"),
+        "{notes:?}"
+    );
+}
