@@ -304,6 +304,8 @@ fn rows_are_built_from_the_outcomes() {
     assert_eq!(get("fall").pass, Some(true));
     assert_eq!(get("lossy").pass, Some(true));
     assert_eq!(get("bond").mptcp_two_subflows, Some(true));
+    // The text table says why a column was not measured.
+    super::report::print_unequal(&o, &rows);
     let json = super::report::unequal_json(&rows);
     assert_eq!(json.len(), ROWS.len());
     assert_eq!(json[0]["row"], "bond");
