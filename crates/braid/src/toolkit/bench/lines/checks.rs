@@ -444,7 +444,13 @@ pub(super) fn judge(
                 )
             }
             Ok(_) => (None, format!("{what} measured 0")),
-            Err(e) => (None, format!("{what} not measured: {e}")),
+            Err(e) => (
+                None,
+                format!(
+                    "{what} not measured: {}",
+                    e.trim_start_matches("not measured: ")
+                ),
+            ),
         }
     };
     let sum = Ok(row.sum_mbps);

@@ -209,7 +209,7 @@ fn judging_a_row() {
     // one that misses it fails anyway.
     let (p, why) = judge(bond, &ok(110.0), &none(), &ok(94.0), None);
     assert_eq!(p, None);
-    assert!(why.contains("MPTCP not measured"), "{why}");
+    assert!(why.contains("MPTCP not measured: mptcpize"), "{why}");
     assert_eq!(
         judge(bond, &ok(87.0), &none(), &ok(94.0), None).0,
         Some(false)
