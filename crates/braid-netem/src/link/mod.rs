@@ -240,6 +240,19 @@ impl LinkModel {
         self.cut
     }
 
+    /// Changes the rate cap from now on (a line whose capacity changes:
+    /// an LTE cell that fills, a DSL line that retrains). What is already
+    /// queued leaves at the times it was given; the next datagram waits
+    /// for it and then goes at the new rate. The queue keeps its limit.
+    /// A rate of 0 is refused (nothing would ever leave).
+    pub fn set_rate(&mut self, rate_bps: u64) -> Result<(), String> {
+        if rate_bps == 0 {
+            return Err("rate must be above 0".into());
+        }
+        self.params.rate_bps = Some(rate_bps);
+        Ok(())
+    }
+
     /// Bytes waiting in the rate queue at `now`.
     pub fn queue_bytes(&self, now: Instant) -> u64 {
         match self.params.rate_bps {

@@ -1092,3 +1092,25 @@ fn counters_saturate() {
     }
     assert_eq!(link.counters(), before);
 }
+
+#[test]
+fn a_rate_change_applies_after_what_is_queued() {
+    // 1000 bytes/s; two 1000-byte datagrams queued, then the rate falls
+    // to 100 bytes/s: the queued ones keep their times, the next one waits
+    // for them and then takes 10 s.
+    let params = LinkParams {
+        rate_bps: Some(8000),
+        queue: QueueLimit::Time(Duration::from_secs(60)),
+        ..LinkParams::default()
+    };
+    let mut link = LinkModel::new(params, 1);
+    let t0 = origin();
+    let at = |f: Fate| copies(f)[0].at;
+    assert_eq!(at(link.offer(t0, 1000)), t0 + ms(1000));
+    assert_eq!(at(link.offer(t0, 1000)), t0 + ms(2000));
+    link.set_rate(800).unwrap();
+    assert_eq!(link.params().rate_bps, Some(800));
+    assert_eq!(at(link.offer(t0, 1000)), t0 + ms(12_000));
+    assert!(link.set_rate(0).is_err());
+    assert_eq!(link.params().rate_bps, Some(800));
+}

@@ -22,7 +22,8 @@
 //!   time, arrival order), and [`Relay::pop_due`] hands them out when their
 //!   time has come. Nothing is allocated per datagram: the pool and the
 //!   heaps are sized at start, and a full pool drops (a queue drop).
-//! - Cuts: [`Relay::set_cut`] and the configured schedule.
+//! - Cuts: [`Relay::set_cut`] and the configured schedule; rate changes:
+//!   [`Relay::set_rate`] and the configured rate schedule.
 //! - The counters ([`Stats`]) and [`Relay::next_deadline`].
 //!
 //! Datagrams stay in the caller's batches: the engine looks at one at a
@@ -57,6 +58,9 @@ pub struct RelayConfig {
     /// Cut (true) and restore (false) events, relative to the start, in
     /// order.
     pub schedule: Vec<(Duration, bool)>,
+    /// Rate changes (both directions), relative to the start, in order:
+    /// (when, new rate in bits per second).
+    pub rate_schedule: Vec<(Duration, u64)>,
     /// Most clients served at once (at least 1).
     pub max_clients: usize,
 }
@@ -191,6 +195,8 @@ pub struct Relay<T> {
     to: SocketAddr,
     schedule: Vec<(Duration, bool)>,
     next_event: usize,
+    rate_schedule: Vec<(Duration, u64)>,
+    next_rate: usize,
     clients: clients::Clients<T>,
     dirs: [Direction; 2],
     pool: Pool,
@@ -228,6 +234,8 @@ impl<T> Relay<T> {
             clients: clients::Clients::new(cfg.max_clients),
             schedule: cfg.schedule,
             next_event: 0,
+            rate_schedule: cfg.rate_schedule,
+            next_rate: 0,
             pool: Pool::new(),
             start,
             cut: false,
@@ -398,6 +406,22 @@ impl<T> Relay<T> {
         self.cut
     }
 
+    /// Sets the rate cap of both directions to `rate_bps` from now on (see
+    /// [`LinkModel::set_rate`]); a direction that had no impairment leaves
+    /// the fast path. 0 is refused.
+    pub fn set_rate(&mut self, rate_bps: u64) -> Result<(), String> {
+        for d in &mut self.dirs {
+            d.model.set_rate(rate_bps)?;
+            d.perfect = false;
+        }
+        Ok(())
+    }
+
+    /// The rate cap of `dir` now, in bits per second (`None`: none).
+    pub fn rate(&self, dir: Dir) -> Option<u64> {
+        self.dirs[dir.index()].model.params().rate_bps
+    }
+
     /// Applies the scheduled cuts and restores that are due, and lets idle
     /// clients go.
     pub fn poll_timers(&mut self, now: Instant) {
@@ -407,6 +431,14 @@ impl<T> Relay<T> {
             }
             self.set_cut(cut);
             self.next_event += 1;
+        }
+        while let Some(&(at, rate)) = self.rate_schedule.get(self.next_rate) {
+            if self.start + at > now {
+                break;
+            }
+            // Checked when the schedule was made; a 0 is skipped.
+            let _ = self.set_rate(rate);
+            self.next_rate += 1;
         }
         if now >= self.next_expiry {
             self.next_expiry = now + EXPIRY_EVERY;
@@ -422,7 +454,14 @@ impl<T> Relay<T> {
             .schedule
             .get(self.next_event)
             .map(|(at, _)| self.start + *at);
-        heaps.chain(event).fold(self.next_expiry, |a, b| a.min(b))
+        let rate = self
+            .rate_schedule
+            .get(self.next_rate)
+            .map(|(at, _)| self.start + *at);
+        heaps
+            .chain(event)
+            .chain(rate)
+            .fold(self.next_expiry, |a, b| a.min(b))
     }
 
     /// The counters as of `now`.
@@ -446,6 +485,7 @@ impl<T> Relay<T> {
                 queue_bytes: d.model.queue_bytes(now),
                 in_flight_packets: d.heap.len() as u64,
                 in_flight_bytes: d.in_flight_bytes,
+                rate_bps: d.model.params().rate_bps,
             }
         };
         Stats {

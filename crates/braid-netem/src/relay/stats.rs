@@ -30,6 +30,9 @@ pub struct DirStats {
     /// Copies held in the delay line now.
     pub in_flight_packets: u64,
     pub in_flight_bytes: u64,
+    /// The rate cap now, bits per second (it can change while the relay
+    /// runs); `None`: no cap.
+    pub rate_bps: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq)]

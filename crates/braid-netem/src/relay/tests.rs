@@ -29,6 +29,7 @@ fn config(up: LinkParams, down: LinkParams) -> RelayConfig {
         down,
         seed: 7,
         schedule: Vec::new(),
+        rate_schedule: Vec::new(),
         max_clients: 16,
     }
 }
@@ -429,4 +430,46 @@ fn a_full_pool_drops_and_counts_a_queue_drop() {
     // Delivered copies give their buffers back.
     assert_eq!(drain(&mut r, t0 + ms(1000)).len(), cap);
     assert_eq!(up(&mut r, t0, client(1), &[1u8; 100], ()), Verdict::Queued);
+}
+
+#[test]
+fn the_rate_changes_on_time_and_a_perfect_line_leaves_the_fast_path() {
+    let t0 = origin();
+    // 8000 bit/s (1000 bytes/s); at 5 s it falls to 800 bit/s.
+    let line = LinkParams {
+        rate_bps: Some(8000),
+        queue: QueueLimit::Time(Duration::from_secs(60)),
+        ..LinkParams::default()
+    };
+    let mut cfg = config(line, LinkParams::default());
+    cfg.rate_schedule = vec![(ms(5000), 800)];
+    let mut r = Relay::new(cfg, t0);
+    assert!(r.is_perfect(Dir::Down));
+    assert_eq!(r.rate(Dir::Up), Some(8000));
+    assert_eq!(r.next_deadline(), t0 + Duration::from_secs(1));
+    // 100 bytes take 100 ms at first.
+    assert_eq!(up(&mut r, t0, client(1), &[1u8; 100], ()), Verdict::Queued);
+    assert!(drain(&mut r, t0 + ms(99)).is_empty());
+    assert_eq!(drain(&mut r, t0 + ms(100)).len(), 1);
+    r.poll_timers(t0 + ms(4999));
+    assert_eq!(r.rate(Dir::Up), Some(8000));
+    assert_eq!(r.next_deadline(), t0 + ms(5000));
+    r.poll_timers(t0 + ms(5000));
+    assert_eq!((r.rate(Dir::Up), r.rate(Dir::Down)), (Some(800), Some(800)));
+    let s = r.stats(t0 + ms(5000));
+    assert_eq!((s.up.rate_bps, s.down.rate_bps), (Some(800), Some(800)));
+    // The down direction had no impairment: now it is capped too.
+    assert!(!r.is_perfect(Dir::Down));
+    // 100 bytes take 1 s now.
+    let t1 = t0 + ms(6000);
+    assert_eq!(up(&mut r, t1, client(1), &[2u8; 100], ()), Verdict::Queued);
+    assert!(drain(&mut r, t1 + ms(999)).is_empty());
+    assert_eq!(drain(&mut r, t1 + ms(1000)).len(), 1);
+    assert_eq!(r.on_upstream(t1, t1, 0, &[3u8; 100]), Verdict::Queued);
+    assert_eq!(drain(&mut r, t1 + ms(1000)).len(), 1);
+    // By hand, and 0 refused.
+    r.set_rate(16_000).unwrap();
+    assert_eq!(r.rate(Dir::Up), Some(16_000));
+    assert!(r.set_rate(0).is_err());
+    assert_eq!(r.rate(Dir::Up), Some(16_000));
 }

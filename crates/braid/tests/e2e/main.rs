@@ -19,6 +19,7 @@ mod two_lines;
 
 mod aggregate;
 mod bench_crypto;
+mod bench_lines_mptcp;
 mod bench_tunnel;
 mod checksums;
 mod compression;
@@ -34,6 +35,7 @@ mod ipv6;
 mod mss;
 mod multipath;
 mod netem;
+mod netem_rate;
 mod pmtu;
 mod privilege;
 mod rate_limit;

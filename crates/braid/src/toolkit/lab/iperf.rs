@@ -23,6 +23,13 @@ pub struct Report {
     pub retransmits: Option<u64>,
     /// Bits per second of every interval (`intervals[].sum`).
     pub interval_bps: Vec<f64>,
+    /// What the receiver counted per interval, (start s, end s, bytes):
+    /// the server's intervals when the client asked for them
+    /// (`--get-server-output`, for a test from client to server),
+    /// otherwise the client's own (the sender's count on a normal test).
+    pub receiver_intervals: Vec<(f64, f64, f64)>,
+    /// True when `receiver_intervals` are the server's.
+    pub intervals_from_server: bool,
     /// What only a UDP test reports (`start.test_start.protocol` is UDP).
     pub udp: Option<UdpFigures>,
     pub json: Value,
@@ -79,7 +86,33 @@ impl Report {
             None
         };
         let received = if is_udp { sum } else { &end["sum_received"] };
+        let spans = |intervals: &Value| -> Vec<(f64, f64, f64)> {
+            intervals
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|i| {
+                            let s = &i["sum"];
+                            Some((
+                                s["start"].as_f64()?,
+                                s["end"].as_f64()?,
+                                s["bytes"].as_f64()?,
+                            ))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let server = spans(&json["server_output_json"]["intervals"]);
+        let intervals_from_server = !server.is_empty();
+        let receiver_intervals = if intervals_from_server {
+            server
+        } else {
+            spans(&json["intervals"])
+        };
         Ok(Report {
+            receiver_intervals,
+            intervals_from_server,
             received_bps: received["bits_per_second"].as_f64(),
             received_bytes: received["bytes"].as_f64(),
             seconds: received["seconds"].as_f64(),
@@ -95,6 +128,24 @@ impl Report {
             udp,
             json,
         })
+    }
+}
+
+impl Report {
+    /// Bits per second that arrived from `from` seconds after the start to
+    /// the end of the test, from [`Report::receiver_intervals`] (whole
+    /// intervals that end after `from`, so `from` should fall on an
+    /// interval boundary). `None` without intervals there.
+    pub fn bps_from(&self, from: f64) -> Option<f64> {
+        let tail: Vec<&(f64, f64, f64)> = self
+            .receiver_intervals
+            .iter()
+            .filter(|(start, _, _)| *start >= from - 0.01)
+            .collect();
+        let first = tail.first()?.0;
+        let last = tail.iter().map(|i| i.1).fold(first, f64::max);
+        let bytes: f64 = tail.iter().map(|i| i.2).sum();
+        (last > first).then(|| bytes * 8.0 / (last - first))
     }
 }
 
@@ -196,6 +247,31 @@ mod tests {
         let no_counts = r#"{"start":{"test_start":{"protocol":"UDP"}},"end":{"sum":{}}}"#;
         assert!(Report::parse(no_counts).is_err());
         assert!(Report::parse(r#"{"error":"busy"}"#).is_err());
+        // The last seconds: the server's intervals when they are there.
+        let iv =
+            |s: f64, b: f64| format!(r#"{{"sum":{{"start":{s},"end":{},"bytes":{b}}}}}"#, s + 1.0);
+        let client: Vec<String> = (0..4).map(|s| iv(s as f64, 1e6)).collect();
+        let server: Vec<String> = (0..4)
+            .map(|s| iv(s as f64, if s < 2 { 1e6 } else { 2.5e5 }))
+            .collect();
+        let text = format!(
+            r#"{{"start":{{"test_start":{{"protocol":"TCP"}}}},"intervals":[{}],
+            "server_output_json":{{"intervals":[{}]}},"end":{{}}}}"#,
+            client.join(","),
+            server.join(",")
+        );
+        let r = Report::parse(&text).unwrap();
+        assert!(r.intervals_from_server);
+        assert_eq!(r.bps_from(2.0), Some(2e6));
+        assert_eq!(r.bps_from(0.0), Some(5e6));
+        assert_eq!(r.bps_from(9.0), None);
+        let text = format!(
+            r#"{{"start":{{"test_start":{{"protocol":"TCP"}}}},"intervals":[{}],"end":{{}}}}"#,
+            client.join(",")
+        );
+        let r = Report::parse(&text).unwrap();
+        assert!(!r.intervals_from_server);
+        assert_eq!(r.bps_from(2.0), Some(8e6));
         assert!(Report::parse("no").is_err());
     }
 }

@@ -16,6 +16,8 @@
 //! - [`config`]: keys and [`IfaceConf`], the wg-quick / `wg setconf` builder;
 //! - [`braid`]: `braid up/down/show`, `braid show --json`, cleanup;
 //! - [`wireguard_go`]: `wireguard-go` as the other end;
+//! - [`mptcp`]: the kernel's Multipath TCP over two wireguard-go tunnels,
+//!   the anchor bonded lines are measured against;
 //! - [`uapi`]: the UAPI socket directory and `wg show` text;
 //! - [`netem_line`]: `braid netem` relays as impaired lines;
 //! - [`ping`] and [`iperf`]: running them and reading what they report;
@@ -29,6 +31,7 @@
 pub mod braid;
 pub mod config;
 pub mod iperf;
+pub mod mptcp;
 pub mod netem_line;
 pub mod netns;
 pub mod ping;

@@ -35,6 +35,9 @@ pub struct Config {
     pub seed: u64,
     /// Cut (true) and restore (false) events, relative to the start, in order.
     pub schedule: Vec<(Duration, bool)>,
+    /// Rate changes (both directions): (when, bits per second), in time
+    /// order.
+    pub rate_schedule: Vec<(Duration, u64)>,
     pub control: Option<PathBuf>,
     pub stats_interval: Option<Duration>,
     pub json: bool,
@@ -54,6 +57,7 @@ impl Config {
             down: self.down.clone(),
             seed: self.seed,
             schedule: self.schedule.clone(),
+            rate_schedule: self.rate_schedule.clone(),
             max_clients: self.max_clients,
         }
     }
@@ -83,8 +87,14 @@ impairments (both directions unless --up/--down override them):
 options:
   --cut-at 5s             cut the line (both directions) at this time; repeatable
   --restore-at 8s         restore it; pairs with the --cut-at before it
+  --rate-at 3s 10mbit     from this time on, cap both directions at this rate
+                          (what is queued leaves first; the queue limit stays);
+                          repeatable, e.g. a line that falls and recovers:
+                          --rate 100mbit --rate-at 3s 10mbit --rate-at 8s 100mbit
   --seed 7                repeat a run exactly (default: random, printed)
-  --control PATH          unix socket: lines cut, restore, stats, stats json
+  --control PATH          unix socket: lines cut, restore, rate 10mbit, stats,
+                          stats json; each answered with one line (ok, the
+                          counters, or error: ...)
   --stats-interval 1s     print live counters to stderr periodically
   --json                  print counters as JSON
   --duration 10s          stop by itself after this long
@@ -105,6 +115,7 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
     let mut down_spec: Option<String> = None;
     let mut seed = None;
     let mut events: Vec<(Duration, bool, String)> = Vec::new();
+    let mut rate_events: Vec<(Duration, u64, String)> = Vec::new();
     let mut control = None;
     let mut stats_interval = None;
     let mut json = false;
@@ -135,6 +146,21 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
                 let at = units::duration(&flag, &v)?;
                 events.push((at, flag == "--cut-at", v));
             }
+            "--rate-at" => {
+                let at_text = it.value(&flag)?;
+                let at = units::duration(&flag, &at_text)?;
+                let rate_text = it.value(&flag).map_err(|_| {
+                    format!("{flag} {at_text}: needs a rate after the time, e.g. {flag} 3s 10mbit")
+                })?;
+                let rate = parse_rate_change(&format!("{flag} {at_text}"), &rate_text)?;
+                if let Some(same) = rate_events.iter().find(|e| e.0 == at) {
+                    return Err(format!(
+                        "{flag} {at_text}: a rate is already set for that time ({flag} {} {})",
+                        at_text, same.2
+                    ));
+                }
+                rate_events.push((at, rate, rate_text));
+            }
             "--control" => control = Some(PathBuf::from(it.value(&flag)?)),
             "--stats-interval" => {
                 let v = it.value(&flag)?;
@@ -162,6 +188,8 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
     }
 
     let schedule = check_schedule(&events)?;
+    rate_events.sort_by_key(|e| e.0);
+    let rate_schedule = rate_events.iter().map(|e| (e.0, e.1)).collect();
     let up = direction("--up", &base, up_spec.as_deref())?;
     let down = direction("--down", &base, down_spec.as_deref())?;
     let listen = listen.ok_or("--listen ADDR:PORT is required")?;
@@ -174,6 +202,7 @@ pub fn parse(args: &[String]) -> Result<Option<Config>, String> {
         down,
         seed,
         schedule,
+        rate_schedule,
         control,
         stats_interval,
         json,
@@ -372,6 +401,15 @@ fn parse_addr(flag: &str, v: &str) -> Result<SocketAddr, String> {
         })
 }
 
+/// A rate for `--rate-at` or the control socket's `rate` (tc's units,
+/// above 0); `what` names where it came from in the error.
+pub fn parse_rate_change(what: &str, v: &str) -> Result<u64, String> {
+    match units::rate(what, v, Mode::Tc)? {
+        0 => Err(format!("{what}: {v:?} must be above 0")),
+        r => Ok(r),
+    }
+}
+
 /// `--queue`: a time (`50ms`) or a size (`64kb`).
 pub fn parse_queue(flag: &str, v: &str) -> Result<QueueLimit, String> {
     if units::is_duration(v) {
@@ -508,6 +546,45 @@ mod tests {
             e.contains("--down") && e.contains("--loss") && e.contains("200%"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn rate_changes() {
+        let c = parse(&args(&format!(
+            "{BASE} --rate 100mbit --rate-at 8s 100mbit --rate-at 3s 10mbit"
+        )))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c.rate_schedule,
+            vec![
+                (Duration::from_secs(3), 10_000_000),
+                (Duration::from_secs(8), 100_000_000)
+            ]
+        );
+        assert_eq!(c.relay().rate_schedule, c.rate_schedule);
+        // Also on a line without a rate cap at the start.
+        let c = parse(&args(&format!("{BASE} --rate-at=1500ms 2mbit")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.rate_schedule,
+            vec![(Duration::from_millis(1500), 2_000_000)]
+        );
+        for (bad, words) in [
+            ("--rate-at 3s", "needs a rate"),
+            ("--rate-at 3s --delay 1ms", "needs a rate"),
+            ("--rate-at 3s 0mbit", "above 0"),
+            ("--rate-at 3s 10megabit", "unknown unit"),
+            ("--rate-at 3 10mbit", "no unit"),
+            ("--rate-at -1s 10mbit", "-1s"),
+            ("--rate-at 3s 1mbit --rate-at 3s 2mbit", "already set"),
+        ] {
+            let e = err(&format!("{BASE} {bad}"));
+            assert!(e.contains("--rate-at") && e.contains(words), "{bad}: {e}");
+        }
+        assert_eq!(parse_rate_change("rate", "25mbit"), Ok(25_000_000));
+        assert!(parse_rate_change("rate", "fast").is_err());
     }
 
     #[test]

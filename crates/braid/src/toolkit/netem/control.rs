@@ -167,7 +167,11 @@ impl AsRawFd for Signals {
 pub enum Command {
     Cut,
     Restore,
-    Stats { json: bool },
+    Stats {
+        json: bool,
+    },
+    /// `rate 10mbit`: cap both directions at this rate from now on.
+    Rate(u64),
 }
 
 pub fn parse_command(line: &str) -> Result<Command, String> {
@@ -176,8 +180,10 @@ pub fn parse_command(line: &str) -> Result<Command, String> {
         ["restore"] => Ok(Command::Restore),
         ["stats"] => Ok(Command::Stats { json: false }),
         ["stats", "json"] => Ok(Command::Stats { json: true }),
+        ["rate", v] => super::args::parse_rate_change("rate", v).map(Command::Rate),
+        ["rate", ..] => Err("rate needs one rate, e.g. rate 10mbit".into()),
         _ => Err(format!(
-            "unknown command {:?} (cut, restore, stats, stats json)",
+            "unknown command {:?} (cut, restore, rate RATE, stats, stats json)",
             line.trim()
         )),
     }
@@ -332,6 +338,24 @@ mod tests {
             Ok(Command::Stats { json: true })
         );
         assert!(parse_command("reboot").is_err());
+        assert_eq!(
+            parse_command("rate 10mbit\n"),
+            Ok(Command::Rate(10_000_000))
+        );
+        assert_eq!(
+            parse_command("rate 1gbit"),
+            Ok(Command::Rate(1_000_000_000))
+        );
+        for bad in [
+            "rate",
+            "rate 0mbit",
+            "rate 10",
+            "rate ten",
+            "rate 1mbit 2mbit",
+        ] {
+            let e = parse_command(bad).unwrap_err();
+            assert!(e.contains("rate"), "{bad}: {e}");
+        }
     }
 
     #[test]

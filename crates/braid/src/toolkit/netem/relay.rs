@@ -238,13 +238,24 @@ impl Relay {
     }
 
     pub fn banner(&self) -> String {
+        let rates: Vec<String> = self
+            .cfg
+            .rate_schedule
+            .iter()
+            .map(|(at, bps)| format!("at {at:?} rate {bps} bit/s"))
+            .collect();
         format!(
-            "braid netem: relaying {} -> {}; up: {}; down: {}; seed {}",
+            "braid netem: relaying {} -> {}; up: {}; down: {}; seed {}{}",
             SocketAddr::new(self.cfg.listen.ip(), self.listen_port()),
             self.cfg.to,
             args::describe(&self.cfg.up),
             args::describe(&self.cfg.down),
-            self.cfg.seed
+            self.cfg.seed,
+            if rates.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", rates.join(", "))
+            }
         )
     }
 
@@ -354,6 +365,10 @@ impl Relay {
                             self.set_cut(false);
                             "ok".into()
                         }
+                        Ok(Command::Rate(bps)) => match self.engine.set_rate(bps) {
+                            Ok(()) => "ok".into(),
+                            Err(e) => format!("error: {e}"),
+                        },
                         Ok(Command::Stats { json }) => self.render(json),
                         Err(e) => format!("error: {e}"),
                     });

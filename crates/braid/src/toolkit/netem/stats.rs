@@ -38,6 +38,7 @@ const _: fn(&DirStats) = |d| {
         queue_bytes: _,
         in_flight_packets: _,
         in_flight_bytes: _,
+        rate_bps: _,
     } = d;
     let Dropped {
         mtu: _,
@@ -71,6 +72,7 @@ struct DirStatsJson {
     queue_bytes: u64,
     in_flight_packets: u64,
     in_flight_bytes: u64,
+    rate_bps: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -106,7 +108,8 @@ mod tests {
                 "{{\"offered\":0,\"forwarded_packets\":0,\"forwarded_bytes\":0,\
                  \"dropped\":{{\"mtu\":0,\"cut\":0,\"loss\":0,\"queue\":{queue}}},\
                  \"duplicated\":0,\"corrupted\":0,\"reordered\":0,\"send_failed\":0,\
-                 \"queue_bytes\":0,\"in_flight_packets\":0,\"in_flight_bytes\":{in_flight_bytes}}}"
+                 \"queue_bytes\":0,\"in_flight_packets\":0,\"in_flight_bytes\":{in_flight_bytes},\
+                 \"rate_bps\":null}}"
             )
         };
         assert_eq!(

@@ -2,8 +2,8 @@
 //! (medians over runs where a case ran more than once).
 
 use super::plan::{
-    runs_text, seed_key, unequal_key, unequal_label, Case, Measure, CONGESTION_CONTROLS, UNEQUAL,
-    WINDOWS,
+    best_key, cc_label, cc_suffix, runs_text, seed_key, unequal_key, Case, Measure, Row, Target,
+    Who, ROWS, WINDOWS,
 };
 use super::run::Outcome;
 use serde_json::Value;
@@ -77,6 +77,30 @@ impl Results<'_> {
         })
     }
 
+    /// The results of every run of `key` that gave one.
+    pub(super) fn results(&self, key: &str) -> Vec<&Value> {
+        self.cases
+            .iter()
+            .zip(self.outcomes)
+            .filter(|(c, _)| c.key == key)
+            .filter_map(|(_, o)| o.result.as_ref().ok())
+            .collect()
+    }
+
+    /// The congestion controls the TCP cases whose keys start with
+    /// `prefix` ran with, in the order they first ran.
+    pub(super) fn ccs(&self, prefix: &str) -> Vec<Option<&'static str>> {
+        let mut out = Vec::new();
+        for c in self.cases.iter().filter(|c| c.key.starts_with(prefix)) {
+            if let Measure::Tcp { cc, .. } = c.measure {
+                if !out.contains(&cc) {
+                    out.push(cc);
+                }
+            }
+        }
+        out
+    }
+
     pub(super) fn runs(&self, key: &str) -> usize {
         self.cases.iter().filter(|c| c.key == key).count()
     }
@@ -96,13 +120,17 @@ pub(super) fn fmt_mbps(r: &Result<f64, String>) -> String {
 pub(super) fn checks(r: &Results) -> Vec<Check> {
     let mut out = Vec::new();
     // 1: the window on 3 ms ± 1 ms against a fixed 3 ms line.
-    for w in WINDOWS {
-        let jit = seed_key("3ms±1ms", w, false);
+    for (cc, w) in r
+        .ccs("seed/")
+        .into_iter()
+        .flat_map(|cc| WINDOWS.map(move |w| (cc, w)))
+    {
+        let jit = seed_key("3ms±1ms", w, false, cc);
         if r.get(&jit).is_none() {
             continue;
         }
         let a = r.num(&jit, "mbps");
-        let b = r.num(&seed_key("3ms", w, false), "mbps");
+        let b = r.num(&seed_key("3ms", w, false, cc), "mbps");
         let (shown, value, pass) = match (&a, &b) {
             (Ok(a), Ok(b)) if *b > 0.0 => {
                 let p = a / b * 100.0;
@@ -117,7 +145,10 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
         };
         out.push(Check {
             section: 1,
-            what: format!("window vs fixed line: 3 ms ± 1 ms / 3 ms, -w {w}"),
+            what: format!(
+                "window vs fixed line: 3 ms ± 1 ms / 3 ms, -w {w}{}",
+                cc_label(cc)
+            ),
             shown,
             value,
             target: Some("≥ 90 %".into()),
@@ -146,49 +177,60 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
             pass: Some(l.is_ok_and(|l| l <= 0.1)),
             key: Some("loss/udp".into()),
         });
-        let t = r.num("loss/tcp", "mbps");
-        let clean = r.num("loss/clean", "mbps");
-        out.push(Check {
-            section: 2,
-            what: format!(
-                "TCP, redundant over the lossy lines ({})",
-                runs_text(r.runs("loss/tcp"), c.seconds)
-            ),
-            shown: format!("{} Mbit/s", fmt_mbps(&t)),
-            value: t.as_ref().ok().copied(),
-            target: None,
-            pass: None,
-            key: Some("loss/tcp".into()),
-        });
-        out.push(Check {
-            section: 2,
-            what: format!(
-                "TCP, one clean line, default window ({})",
-                runs_text(r.runs("loss/clean"), c.seconds)
-            ),
-            shown: format!("{} Mbit/s", fmt_mbps(&clean)),
-            value: clean.as_ref().ok().copied(),
-            target: None,
-            pass: None,
-            key: Some("loss/clean".into()),
-        });
-        let ratio = match (&t, &clean) {
-            (Ok(t), Ok(c)) if *c > 0.0 => Ok(t / c * 100.0),
-            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
-            _ => Err("no throughput on the clean line".into()),
-        };
-        out.push(Check {
-            section: 2,
-            what: "TCP redundant over 2 × 2 % loss / one clean line".into(),
-            shown: match &ratio {
-                Ok(p) => format!("{p:.1} %"),
-                Err(e) => e.clone(),
-            },
-            value: ratio.as_ref().ok().copied(),
-            target: Some("≥ 90 %".into()),
-            pass: Some(ratio.is_ok_and(|p| p >= 90.0)),
-            key: Some("loss/tcp".into()),
-        });
+        for cc in r.ccs("loss/tcp") {
+            let (tcp_key, clean_key) = (
+                format!("loss/tcp{}", cc_suffix(cc)),
+                format!("loss/clean{}", cc_suffix(cc)),
+            );
+            let t = r.num(&tcp_key, "mbps");
+            let clean = r.num(&clean_key, "mbps");
+            out.push(Check {
+                section: 2,
+                what: format!(
+                    "TCP{}, redundant over the lossy lines ({})",
+                    cc_label(cc),
+                    runs_text(r.runs(&tcp_key), c.seconds)
+                ),
+                shown: format!("{} Mbit/s", fmt_mbps(&t)),
+                value: t.as_ref().ok().copied(),
+                target: None,
+                pass: None,
+                key: Some(tcp_key.clone()),
+            });
+            out.push(Check {
+                section: 2,
+                what: format!(
+                    "TCP{}, one clean line, default window ({})",
+                    cc_label(cc),
+                    runs_text(r.runs(&clean_key), c.seconds)
+                ),
+                shown: format!("{} Mbit/s", fmt_mbps(&clean)),
+                value: clean.as_ref().ok().copied(),
+                target: None,
+                pass: None,
+                key: Some(clean_key),
+            });
+            let ratio = match (&t, &clean) {
+                (Ok(t), Ok(c)) if *c > 0.0 => Ok(t / c * 100.0),
+                (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+                _ => Err("no throughput on the clean line".into()),
+            };
+            out.push(Check {
+                section: 2,
+                what: format!(
+                    "TCP{} redundant over 2 × 2 % loss / one clean line",
+                    cc_label(cc)
+                ),
+                shown: match &ratio {
+                    Ok(p) => format!("{p:.1} %"),
+                    Err(e) => e.clone(),
+                },
+                value: ratio.as_ref().ok().copied(),
+                target: Some("≥ 90 %".into()),
+                pass: Some(ratio.is_ok_and(|p| p >= 90.0)),
+                key: Some(tcp_key),
+            });
+        }
     }
     // 3: a cut line.
     for mode in ["redundant", "failover"] {
@@ -236,8 +278,12 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
         }
     }
     // 4: aggregate.
-    for mode in ["aggregate", "redundant"] {
-        let key = format!("agg/{mode}");
+    for (cc, mode) in r
+        .ccs("agg/")
+        .into_iter()
+        .flat_map(|cc| ["aggregate", "redundant"].map(move |m| (cc, m)))
+    {
+        let key = format!("agg/{mode}{}", cc_suffix(cc));
         let Some((c, out_)) = r.get(&key) else {
             continue;
         };
@@ -246,7 +292,7 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
         let aggregate = mode == "aggregate";
         out.push(Check {
             section: 4,
-            what: format!("{mode}: one TCP stream ({} s)", c.seconds),
+            what: format!("{mode}: one TCP stream{} ({} s)", cc_label(cc), c.seconds),
             shown: format!("{} Mbit/s{split}", fmt_mbps(&m)),
             value: m.as_ref().ok().copied(),
             target: aggregate.then(|| "≥ 160 Mbit/s".into()),
@@ -258,59 +304,195 @@ pub(super) fn checks(r: &Results) -> Vec<Check> {
     out
 }
 
-/// Section 5: a bond of unequal lines must beat its best line alone, a
-/// very slow second line must not drag the fast one down, and 2 % loss on
-/// the second line must cost less than 10 % (issue 19's targets).
-fn unequal_checks(r: &Results, out: &mut Vec<Check>) {
-    for cc in CONGESTION_CONTROLS {
-        let best_key = unequal_key("best", cc);
-        let Some((c, _)) = r.get(&best_key) else {
-            continue;
-        };
-        let best = r.num(&best_key, "mbps");
-        for (variant, _, _) in UNEQUAL {
-            let key = unequal_key(variant, cc);
-            let Some((_, outcome)) = r.get(&key) else {
+/// One row of section 5 for one congestion control: what was measured
+/// (Mbit/s; for a row with a fall, over the last seconds) and the verdict.
+pub(super) struct UnequalRow {
+    pub(super) row: &'static Row,
+    pub(super) cc: String,
+    pub(super) seconds: u32,
+    pub(super) best: Result<f64, String>,
+    pub(super) braid: Result<f64, String>,
+    pub(super) mptcp: Result<f64, String>,
+    /// The other row a `Target::Row` compares with (braid, same cc).
+    pub(super) reference: Option<Result<f64, String>>,
+    /// Both lines carried an MPTCP subflow (None: MPTCP not measured).
+    pub(super) mptcp_two_subflows: Option<bool>,
+    pub(super) mptcp_summary: String,
+    /// How braid's packets went over the lines (A's tx per path).
+    pub(super) split: String,
+    pub(super) pass: Option<bool>,
+    pub(super) verdict: String,
+}
+
+impl UnequalRow {
+    pub(super) fn ratio(&self, of: &Result<f64, String>) -> Option<f64> {
+        match (&self.braid, of) {
+            (Ok(b), Ok(x)) if *x > 0.0 => Some(b / x),
+            _ => None,
+        }
+    }
+
+    pub(super) fn of_sum(&self) -> Option<f64> {
+        self.ratio(&Ok(self.row.sum_mbps))
+    }
+}
+
+/// Section 5's rows, in plan order, for every congestion control run.
+pub(super) fn unequal_rows(r: &Results) -> Vec<UnequalRow> {
+    let mut ccs: Vec<String> = Vec::new();
+    for c in r.cases {
+        if let (true, Measure::Tcp { cc: Some(cc), .. }) =
+            (c.key.starts_with("unequal/"), &c.measure)
+        {
+            if !ccs.iter().any(|x| x == cc) {
+                ccs.push(cc.to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for cc in &ccs {
+        for row in &ROWS {
+            let key = unequal_key(row.key, cc, Who::Braid);
+            let Some((case, _)) = r.get(&key) else {
                 continue;
             };
-            let m = r.num(&key, "mbps");
-            // (against, its value, target as a fraction of it, its words)
-            let (against, reference, target, words) = match variant {
-                "best" => (None, Ok(0.0), 0.0, ""),
-                "bond" => (Some("best"), best.clone(), 1.0, "≥ the fast line alone"),
-                "slow" => (
-                    Some("best"),
-                    best.clone(),
-                    0.9,
-                    "≥ 90 % of the fast line alone",
-                ),
-                _ => (
-                    Some("bond"),
-                    r.num(&unequal_key("bond", cc), "mbps"),
-                    0.9,
-                    "≥ 90 % of the same lines without loss",
-                ),
+            let field = if row.fall_to.is_some() {
+                "tail_mbps"
+            } else {
+                "mbps"
             };
-            let ratio = match (&m, &reference) {
-                (Ok(m), Ok(x)) if *x > 0.0 => Some(m / x),
+            let braid = r.num(&key, field);
+            let mkey = unequal_key(row.key, cc, Who::Mptcp);
+            let mptcp = match r.get(&mkey) {
+                Some((_, o)) => match &o.result {
+                    Err(e) => Err(e.clone()),
+                    Ok(_) => r.num(&mkey, field),
+                },
+                None => Err("not run".into()),
+            };
+            // Every run of the anchor must have used both lines.
+            let evidence = r.results(&mkey);
+            let two: Vec<Option<bool>> = evidence
+                .iter()
+                .map(|v| v["mptcp"]["two_subflows"].as_bool())
+                .collect();
+            let mptcp_two_subflows = match two.as_slice() {
+                [] => None,
+                all if all.contains(&None) => None,
+                all => Some(all.iter().all(|x| *x == Some(true))),
+            };
+            let mptcp_summary = evidence
+                .iter()
+                .filter_map(|v| v["mptcp"]["summary"].as_str())
+                .collect::<Vec<_>>()
+                .join(" | ");
+            let best = r.num(&best_key(row.best, cc), field);
+            let reference = match row.target {
+                Target::Row(other, _) => Some(r.num(&unequal_key(other, cc, Who::Braid), field)),
                 _ => None,
             };
-            let split = path_split(&outcome.counters["a"]);
-            out.push(Check {
-                section: 5,
-                what: format!("{}, {cc} ({} s)", unequal_label(variant), c.seconds),
-                shown: match (against, ratio) {
-                    (Some(a), Some(x)) => {
-                        format!("{} Mbit/s = {:.0} % of {a}{split}", fmt_mbps(&m), x * 100.0)
-                    }
-                    _ => format!("{} Mbit/s{split}", fmt_mbps(&m)),
-                },
-                value: m.as_ref().ok().copied(),
-                target: against.map(|_| words.to_string()),
-                pass: against.map(|_| ratio.is_some_and(|x| x >= target)),
-                key: Some(key),
+            let (pass, verdict) = judge(row, &braid, &mptcp, &best, reference.as_ref());
+            let split = r
+                .get(&key)
+                .map(|(_, o)| path_split(&o.counters["a"]))
+                .unwrap_or_default();
+            out.push(UnequalRow {
+                row,
+                cc: cc.clone(),
+                seconds: case.seconds,
+                best,
+                braid,
+                mptcp,
+                reference,
+                mptcp_two_subflows,
+                mptcp_summary,
+                split,
+                pass,
+                verdict,
             });
         }
+    }
+    out
+}
+
+/// A row's verdict against its target (issue 19's): `Some(false)` when
+/// braid was not measured or falls short, `None` when what it is judged
+/// against could not be measured (and braid does not already fail).
+pub(super) fn judge(
+    row: &Row,
+    braid: &Result<f64, String>,
+    mptcp: &Result<f64, String>,
+    best: &Result<f64, String>,
+    reference: Option<&Result<f64, String>>,
+) -> (Option<bool>, String) {
+    let b = match braid {
+        Ok(b) => *b,
+        Err(e) => return (Some(false), format!("braid not measured: {e}")),
+    };
+    let against = |what: &str, x: &Result<f64, String>, share: f64| -> (Option<bool>, String) {
+        match x {
+            Ok(x) if *x > 0.0 => {
+                let ok = b >= share * x;
+                (
+                    Some(ok),
+                    format!(
+                        "{b:.1} {} {:.0} % × {what} {x:.1} = {:.1}",
+                        if ok { "≥" } else { "<" },
+                        share * 100.0,
+                        share * x
+                    ),
+                )
+            }
+            Ok(_) => (None, format!("{what} measured 0")),
+            Err(e) => (
+                None,
+                format!(
+                    "{what} not measured: {}",
+                    e.trim_start_matches("not measured: ")
+                ),
+            ),
+        }
+    };
+    let sum = Ok(row.sum_mbps);
+    match row.target {
+        Target::Sum(share) => against("sum", &sum, share),
+        Target::Best(share) => against("best line", best, share),
+        Target::Row(other, share) => match reference {
+            Some(x) => against(&format!("{other} row"), x, share),
+            None => (None, format!("{other} row not run")),
+        },
+        Target::SumAndMptcp { sum: s, mptcp: m } => {
+            let (p1, w1) = against("sum", &sum, s);
+            let (p2, w2) = against("MPTCP", mptcp, m);
+            let pass = match (p1, p2) {
+                (Some(false), _) | (_, Some(false)) => Some(false),
+                (Some(true), Some(true)) => Some(true),
+                _ => None,
+            };
+            (pass, format!("{w1}; {w2}"))
+        }
+    }
+}
+
+/// Section 5's checks: one per row and congestion control.
+fn unequal_checks(r: &Results, out: &mut Vec<Check>) {
+    for u in unequal_rows(r) {
+        let pct = |x: Option<f64>| x.map_or("–".to_string(), |x| format!("{:.0} %", x * 100.0));
+        out.push(Check {
+            section: 5,
+            what: format!("{}, {} ({} s)", u.row.label, u.cc, u.seconds),
+            shown: format!(
+                "braid {} Mbit/s: {} of sum, {} of MPTCP, {} of best",
+                fmt_mbps(&u.braid),
+                pct(u.of_sum()),
+                pct(u.ratio(&u.mptcp)),
+                pct(u.ratio(&u.best))
+            ),
+            value: u.braid.as_ref().ok().copied(),
+            target: Some(u.row.target_text.to_string()),
+            pass: u.pass,
+            key: Some(unequal_key(u.row.key, &u.cc, Who::Braid)),
+        });
     }
 }
 

@@ -21,11 +21,14 @@
 //!    `redundant` loses nothing, `failover` is out for lost ÷ rate;
 //! 4. two lines capped at 100 Mbit/s (10 ms and 30 ms): `aggregate` one TCP
 //!    stream, `redundant` for comparison;
-//! 5. unequal lines (issue 19): a 100 Mbit/s 10 ms line alone, then bonded
-//!    in `aggregate` with a 25 Mbit/s 40 ms line, a 2 Mbit/s 300 ms line
-//!    and a 25 Mbit/s line with 2 % loss, one TCP stream with cubic and
-//!    with bbr: a bond must beat its best line and a bad line must not drag
-//!    it down.
+//! 5. unequal lines (issue 19), with cubic and with bbr inside the tunnel:
+//!    six rows (100 + 25 Mbit/s; 50 + 50 with 5 and 60 ms; 100 + 2 Mbit/s
+//!    300 ms; 100 + 25 where line 1 falls to 10 Mbit/s at 3 s; 200 + 200
+//!    with 4 streams; 100 + 25 with 2 % loss on the 25), each measured
+//!    with braid `aggregate`, with the best line alone (`failover`) and
+//!    with the anchor people bond lines with today: the kernel's Multipath
+//!    TCP over two wireguard-go tunnels, one per line, on the same relays
+//!    ([`crate::toolkit::lab::mptcp`]).
 //!
 //! The lab (namespaces, relays, daemons, files) is removed on the way out,
 //! also after an error, a panic, Ctrl-C, SIGTERM or SIGHUP.
@@ -45,6 +48,8 @@ use std::time::Instant;
 const USAGE: &str = "\
 usage: braid bench lines [--quick] [--json] [--seconds N] [--long-seconds N]
                          [--runs N] [--only seed,loss,cut,aggregate,unequal]
+                         [--cc LIST] [--unequal-cc LIST] [--rows LIST]
+                         [--unequal-runs N]
 
 Dual-line benchmark (issue 4) between two network namespaces, lines made
 with `braid netem`, iperf3 single stream, every case on fresh relays and
@@ -58,9 +63,35 @@ tunnels. Prints a progress line per case on stderr, then the tables.
   --runs N           repeat each short TCP case of sections 1 and 2 N times,
                      interleaved, and show the median (default 3, quick 1)
   --only LIST        run only these sections (seed, loss, cut, aggregate,
-                     unequal: a fast and a slow, lossy or very slow line,
-                     aggregate against the fast line alone, cubic and bbr,
-                     10 s each, quick 4)
+                     unequal)
+  --cc LIST          congestion controls of the TCP inside the tunnel in
+                     sections 1, 2 and 4, each in turn (iperf3 -C: cubic,
+                     bbr, reno, vegas, westwood, or default: the machine's,
+                     /proc/sys/net/ipv4/tcp_congestion_control); default:
+                     sections 1 and 2 default,cubic (quick: default),
+                     section 4 default
+  --unequal-cc LIST  the congestion controls section 5 runs every row with
+                     (default cubic,bbr; quick cubic)
+  --rows LIST        only these rows of section 5 (bond, even, slow, fall,
+                     wide, lossy; default all)
+  --unequal-runs N   rounds of section 5, interleaved; its table shows the
+                     median of each cell (default 1)
+
+Section 5 (unequal, issue 19): two `braid netem` lines with rate caps and
+100 ms queues, one TCP stream unless said, 10 s per case (quick 5 s):
+  bond   100 Mbit/s 10 ms + 25 Mbit/s 40 ms   ≥ 85 % of the sum, ≥ 97 % of MPTCP
+  even   50 Mbit/s 5 ms + 50 Mbit/s 60 ms     ≥ 85 % of the sum
+  slow   100 Mbit/s 10 ms + 2 Mbit/s 300 ms   ≥ 95 % of the best line alone
+  fall   bond's lines, line 1 falls to 10 Mbit/s at 3 s (quick 2 s):
+         what arrives over the last 5 s (quick 2 s) ≥ 70 % of 35 Mbit/s
+  wide   200 Mbit/s + 200 Mbit/s, 4 streams   ≥ 90 % of the sum
+  lossy  bond's lines, 2 % loss on the 25     ≥ 90 % of the bond row
+Every row: the best line alone (braid, Mode = failover), braid Mode =
+aggregate, and the kernel's Multipath TCP over two wireguard-go tunnels
+(the newest, from ~/.cache/braid-bench/bin/wireguard or $BRAID_BENCH_CACHE;
+installed with `go install` when missing) with `mptcpize run iperf3`, two
+subflows (checked: per-line relay counters and `ss`). Without mptcpize or
+the newest wireguard-go the MPTCP column says why it was not measured.
 
 Needs root, ip, iperf3 and ping. Exits with status 1 when a check fails.
 ";
@@ -73,7 +104,14 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         long: 0,
         runs: 0,
         only: SECTIONS.iter().map(|s| s.to_string()).collect(),
+        cc: Vec::new(),
+        agg_cc: Vec::new(),
+        unequal_cc: Vec::new(),
+        rows: plan::ROWS.iter().map(|r| r.key.to_string()).collect(),
+        unequal_runs: 1,
     };
+    let mut unequal_cc = None;
+    let mut cc = None;
     let (mut short, mut long, mut runs) = (None, None, None);
     let mut args = Args::new(argv);
     while let Some(a) = args.next() {
@@ -84,6 +122,44 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             "--seconds" => short = Some(args.number(a, 1..=600)?),
             "--long-seconds" => long = Some(args.number(a, 1..=600)?),
             "--runs" => runs = Some(args.number(a, 1..=20)?),
+            "--cc" => {
+                let v = args.value(a)?;
+                let list = v
+                    .split(',')
+                    .map(|c| match c.trim() {
+                        "default" => Ok(None),
+                        c => known_cc(a, c).map(Some),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                cc = Some(list);
+            }
+            "--unequal-cc" => {
+                let v = args.value(a)?;
+                let list = v
+                    .split(',')
+                    .map(|c| known_cc(a, c.trim()).map(str::to_string))
+                    .collect::<Result<Vec<_>, _>>()?;
+                unequal_cc = Some(list);
+            }
+            "--unequal-runs" => o.unequal_runs = args.number(a, 1..=20)?,
+            "--rows" => {
+                let v = args.value(a)?;
+                o.rows = v.split(',').map(|s| s.trim().to_string()).collect();
+                if let Some(bad) = o
+                    .rows
+                    .iter()
+                    .find(|k| !plan::ROWS.iter().any(|r| r.key == *k))
+                {
+                    return Err(format!(
+                        "--rows: unknown row {bad:?} (expected {})",
+                        plan::ROWS
+                            .iter()
+                            .map(|r| r.key)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
             "--only" => {
                 let v = args.value(a)?;
                 o.only = v.split(',').map(|s| s.trim().to_string()).collect();
@@ -100,7 +176,36 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     o.short = short.unwrap_or(if o.quick { 2 } else { 5 });
     o.long = long.unwrap_or(if o.quick { 5 } else { 15 });
     o.runs = runs.unwrap_or(if o.quick { 1 } else { 3 });
+    // Sections 1 and 2 also with cubic (issue 19): the machine's default
+    // (bbr here) hides what reordering and loss cost most users.
+    o.agg_cc = cc.clone().unwrap_or(vec![None]);
+    o.cc = cc.unwrap_or(if o.quick {
+        vec![None]
+    } else {
+        vec![None, Some("cubic")]
+    });
+    o.unequal_cc = unequal_cc.unwrap_or_else(|| {
+        let all: &[&str] = if o.quick {
+            &["cubic"]
+        } else {
+            &["cubic", "bbr"]
+        };
+        all.iter().map(|c| c.to_string()).collect()
+    });
     Ok(Some(o))
+}
+
+fn known_cc(flag: &str, v: &str) -> Result<&'static str, String> {
+    plan::KNOWN_CC
+        .iter()
+        .find(|c| **c == v)
+        .copied()
+        .ok_or_else(|| {
+            format!(
+                "{flag}: {v:?} is not a congestion control iperf3 -C is given here ({})",
+                plan::KNOWN_CC.join(", ")
+            )
+        })
 }
 
 pub fn run(argv: &[String]) -> Result<(), String> {
@@ -132,9 +237,17 @@ pub fn run(argv: &[String]) -> Result<(), String> {
             let text = match &out.result {
                 Ok(v) => match &case.measure {
                     Measure::Tcp { .. } => format!(
-                        "{:.1} Mbit/s, {} retransmits",
+                        "{:.1} Mbit/s, {} retransmits{}{}",
                         v["mbps"].as_f64().unwrap_or(0.0),
-                        v["retransmits"]
+                        v["retransmits"],
+                        v["tail_mbps"]
+                            .as_f64()
+                            .map(|t| format!(", {t:.1} Mbit/s from {} s on", v["tail_from"]))
+                            .unwrap_or_default(),
+                        v["mptcp"]["summary"]
+                            .as_str()
+                            .map(|t| format!(", {t}"))
+                            .unwrap_or_default()
                     ),
                     Measure::Udp { .. } => format!(
                         "{} of {} lost ({:.3} %), {:.1} Mbit/s",
@@ -178,3 +291,6 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

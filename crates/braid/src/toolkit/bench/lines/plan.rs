@@ -20,6 +20,18 @@ pub(super) struct Opts {
     pub(super) long: u32,
     pub(super) runs: usize,
     pub(super) only: Vec<String>,
+    /// The congestion controls (`iperf3 -C`; `None`: the machine's
+    /// default) the TCP cases of sections 1 and 2 run with, each in turn.
+    pub(super) cc: Vec<Option<&'static str>>,
+    /// The same for section 4 (only what `--cc` asks for; default: the
+    /// machine's).
+    pub(super) agg_cc: Vec<Option<&'static str>>,
+    /// The congestion controls section 5 runs, each in turn.
+    pub(super) unequal_cc: Vec<String>,
+    /// The rows of section 5 to run (keys of [`ROWS`]).
+    pub(super) rows: Vec<String>,
+    /// Rounds of section 5 (interleaved; the tables show medians).
+    pub(super) unequal_runs: usize,
 }
 
 /// A line profile of the seed's table.
@@ -107,6 +119,22 @@ pub(super) struct Case {
     pub(super) setup: Setup,
     pub(super) measure: Measure,
     pub(super) seconds: u32,
+    pub(super) extra: Extra,
+}
+
+/// What only section 5's cases use.
+#[derive(Clone, Default, Debug, PartialEq)]
+pub(super) struct Extra {
+    /// The kernel's MPTCP over two wireguard-go tunnels instead of braid.
+    pub(super) mptcp: bool,
+    /// Parallel TCP streams (`iperf3 -P`); 0 or 1: one.
+    pub(super) streams: u32,
+    /// Control commands to the relays during the transfer: (seconds after
+    /// the client started, line index, command).
+    pub(super) actions: Vec<(f64, usize, String)>,
+    /// Also report what arrived from this second on (the receiver's
+    /// intervals).
+    pub(super) tail_from: Option<f64>,
 }
 
 pub(super) fn flags(base: &[&str], seed: u32) -> Vec<String> {
@@ -121,7 +149,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
     if wants("seed") {
         let profiles: Vec<&Profile> = PROFILES.iter().filter(|p| !o.quick || !p.long).collect();
         let windows: &[&str] = if o.quick { &WINDOWS[..1] } else { &WINDOWS };
-        for w in windows {
+        for (cc, w) in
+            o.cc.iter()
+                .flat_map(|cc| windows.iter().map(move |w| (*cc, w)))
+        {
             // Short lines: `runs` interleaved rounds; 200 ms lines once.
             let rounds =
                 (0..o.runs).flat_map(|r| profiles.iter().filter(|p| !p.long).map(move |p| (r, *p)));
@@ -130,16 +161,17 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                 for hold in [Some("0"), None] {
                     let runs = if p.long { 1 } else { o.runs };
                     cases.push(Case {
-                        key: seed_key(p.key, w, hold.is_some()),
+                        key: seed_key(p.key, w, hold.is_some(), cc),
                         run,
                         label: format!(
-                            "1. one line {}, -w {w}, {}{}",
+                            "1. one line {}, -w {w}, {}{}{}",
                             p.label,
                             if hold.is_some() {
                                 "ReorderHold = 0"
                             } else {
                                 "window"
                             },
+                            cc_label(cc),
                             run_label(run, runs)
                         ),
                         setup: Setup {
@@ -149,9 +181,10 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                         },
                         measure: Measure::Tcp {
                             window: Some(w),
-                            cc: None,
+                            cc,
                         },
                         seconds: if p.long { o.long } else { o.short },
+                        extra: Extra::default(),
                     });
                 }
             }
@@ -178,13 +211,18 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                 cut: None,
             },
             seconds: o.short,
+            extra: Extra::default(),
         });
-        for run in 0..o.runs {
+        for (cc, run) in
+            o.cc.iter()
+                .flat_map(|cc| (0..o.runs).map(move |r| (*cc, r)))
+        {
             cases.push(Case {
-                key: "loss/tcp".into(),
+                key: format!("loss/tcp{}", cc_suffix(cc)),
                 run,
                 label: format!(
-                    "2. two 200 Mbit/s lines 2 % loss, redundant, TCP{}",
+                    "2. two 200 Mbit/s lines 2 % loss, redundant, TCP{}{}",
+                    cc_label(cc),
                     run_label(run, o.runs)
                 ),
                 setup: Setup {
@@ -192,17 +230,16 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     hold: None,
                     lines: vec![lossy(), lossy2()],
                 },
-                measure: Measure::Tcp {
-                    window: None,
-                    cc: None,
-                },
+                measure: Measure::Tcp { window: None, cc },
                 seconds: o.short,
+                extra: Extra::default(),
             });
             cases.push(Case {
-                key: "loss/clean".into(),
+                key: format!("loss/clean{}", cc_suffix(cc)),
                 run,
                 label: format!(
-                    "2. one clean 200 Mbit/s line, TCP (reference){}",
+                    "2. one clean 200 Mbit/s line, TCP{} (reference){}",
+                    cc_label(cc),
                     run_label(run, o.runs)
                 ),
                 setup: Setup {
@@ -210,11 +247,9 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     hold: None,
                     lines: vec![flags(&["--rate", "200mbit"], 11)],
                 },
-                measure: Measure::Tcp {
-                    window: None,
-                    cc: None,
-                },
+                measure: Measure::Tcp { window: None, cc },
                 seconds: o.short,
+                extra: Extra::default(),
             });
         }
     }
@@ -246,15 +281,23 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                     cut: Some(cut),
                 },
                 seconds: secs,
+                extra: Extra::default(),
             });
         }
     }
     if wants("aggregate") {
-        for mode in ["aggregate", "redundant"] {
+        for (cc, mode) in o
+            .agg_cc
+            .iter()
+            .flat_map(|cc| ["aggregate", "redundant"].map(move |m| (*cc, m)))
+        {
             cases.push(Case {
-                key: format!("agg/{mode}"),
+                key: format!("agg/{mode}{}", cc_suffix(cc)),
                 run: 0,
-                label: format!("4. two lines 100 Mbit/s, 10 ms and 30 ms, {mode}, TCP"),
+                label: format!(
+                    "4. two lines 100 Mbit/s, 10 ms and 30 ms, {mode}, TCP{}",
+                    cc_label(cc)
+                ),
                 setup: Setup {
                     mode,
                     hold: None,
@@ -263,79 +306,334 @@ pub(super) fn plan(o: &Opts) -> Vec<Case> {
                         flags(&["--rate", "100mbit", "--delay", "30ms"], 22),
                     ],
                 },
-                measure: Measure::Tcp {
-                    window: None,
-                    cc: None,
-                },
+                measure: Measure::Tcp { window: None, cc },
                 seconds: o.long,
+                extra: Extra::default(),
             });
         }
     }
     if wants("unequal") {
-        for (variant, _, line2) in UNEQUAL {
-            for cc in CONGESTION_CONTROLS {
-                let mut lines = vec![flags(FAST_LINE, 11)];
-                if let Some(line2) = line2 {
-                    lines.push(flags(line2, 22));
-                }
+        unequal_plan(o, &mut cases);
+    }
+    cases
+}
+
+/// Section 5's lines, `braid netem` flags: rate caps with 100 ms queues.
+pub(super) const FAST_LINE: &[&str] = &["--rate", "100mbit", "--delay", "10ms", "--queue", "100ms"];
+pub(super) const LINE_25: &[&str] = &["--rate", "25mbit", "--delay", "40ms", "--queue", "100ms"];
+pub(super) const LINE_25_LOSSY: &[&str] = &[
+    "--rate", "25mbit", "--delay", "40ms", "--queue", "100ms", "--loss", "2%",
+];
+pub(super) const LINE_2: &[&str] = &["--rate", "2mbit", "--delay", "300ms", "--queue", "100ms"];
+pub(super) const EVEN_NEAR: &[&str] = &["--rate", "50mbit", "--delay", "5ms", "--queue", "100ms"];
+pub(super) const EVEN_FAR: &[&str] = &["--rate", "50mbit", "--delay", "60ms", "--queue", "100ms"];
+pub(super) const WIDE: &[&str] = &["--rate", "200mbit", "--queue", "100ms"];
+
+/// A line measured alone (`Mode = failover` on that line): the "best line"
+/// of one or more rows.
+pub(super) struct BestLine {
+    pub(super) key: &'static str,
+    pub(super) label: &'static str,
+    pub(super) flags: &'static [&'static str],
+}
+
+pub(super) const BEST_LINES: [BestLine; 4] = [
+    BestLine {
+        key: "fast",
+        label: "100 Mbit/s 10 ms alone",
+        flags: FAST_LINE,
+    },
+    BestLine {
+        key: "near",
+        label: "50 Mbit/s 5 ms alone",
+        flags: EVEN_NEAR,
+    },
+    BestLine {
+        key: "l25",
+        label: "25 Mbit/s 40 ms alone",
+        flags: LINE_25,
+    },
+    BestLine {
+        key: "wide",
+        label: "200 Mbit/s alone",
+        flags: WIDE,
+    },
+];
+
+/// What a row must reach (issue 19's targets).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Target {
+    /// ≥ `sum` × the sum of the line rates and ≥ `mptcp` × MPTCP's.
+    SumAndMptcp { sum: f64, mptcp: f64 },
+    /// ≥ this share of the sum of the line rates.
+    Sum(f64),
+    /// ≥ this share of the best line alone.
+    Best(f64),
+    /// ≥ this share of another row's braid aggregate (the same lines
+    /// without the impairment), same congestion control.
+    Row(&'static str, f64),
+}
+
+/// A row of section 5.
+pub(super) struct Row {
+    pub(super) key: &'static str,
+    pub(super) label: &'static str,
+    pub(super) lines: [&'static [&'static str]; 2],
+    /// Line rates in Mbit/s, after a fall where there is one.
+    pub(super) sum_mbps: f64,
+    /// TCP streams (iperf3 -P).
+    pub(super) streams: u32,
+    /// Line 1 falls to this rate during the transfer (then only the last
+    /// seconds count).
+    pub(super) fall_to: Option<&'static str>,
+    /// The key of its best line alone.
+    pub(super) best: &'static str,
+    pub(super) target: Target,
+    pub(super) target_text: &'static str,
+}
+
+pub(super) const ROWS: [Row; 6] = [
+    Row {
+        key: "bond",
+        label: "100 Mbit/s 10 ms + 25 Mbit/s 40 ms",
+        lines: [FAST_LINE, LINE_25],
+        sum_mbps: 125.0,
+        streams: 1,
+        fall_to: None,
+        best: "fast",
+        target: Target::SumAndMptcp {
+            sum: 0.85,
+            mptcp: 0.97,
+        },
+        target_text: "≥ 85 % of sum and ≥ 97 % of MPTCP",
+    },
+    Row {
+        key: "even",
+        label: "50 Mbit/s 5 ms + 50 Mbit/s 60 ms",
+        lines: [EVEN_NEAR, EVEN_FAR],
+        sum_mbps: 100.0,
+        streams: 1,
+        fall_to: None,
+        best: "near",
+        target: Target::Sum(0.85),
+        target_text: "≥ 85 % of sum",
+    },
+    Row {
+        key: "slow",
+        label: "100 Mbit/s 10 ms + 2 Mbit/s 300 ms",
+        lines: [FAST_LINE, LINE_2],
+        sum_mbps: 102.0,
+        streams: 1,
+        fall_to: None,
+        best: "fast",
+        target: Target::Best(0.95),
+        target_text: "≥ 95 % of best line",
+    },
+    Row {
+        key: "fall",
+        label: "100 + 25, line 1 falls to 10 Mbit/s",
+        lines: [FAST_LINE, LINE_25],
+        sum_mbps: 35.0,
+        streams: 1,
+        fall_to: Some("10mbit"),
+        best: "l25",
+        target: Target::Sum(0.70),
+        target_text: "last s ≥ 70 % of 35",
+    },
+    Row {
+        key: "wide",
+        label: "200 Mbit/s + 200 Mbit/s, 4 streams",
+        lines: [WIDE, WIDE],
+        sum_mbps: 400.0,
+        streams: 4,
+        fall_to: None,
+        best: "wide",
+        target: Target::Sum(0.90),
+        target_text: "≥ 90 % of sum",
+    },
+    Row {
+        key: "lossy",
+        label: "100 + 25, 2 % loss on the 25",
+        lines: [FAST_LINE, LINE_25_LOSSY],
+        sum_mbps: 125.0,
+        streams: 1,
+        fall_to: None,
+        best: "fast",
+        target: Target::Row("bond", 0.90),
+        target_text: "≥ 90 % of bond row",
+    },
+];
+
+/// Section 5's timing: transfer length, when line 1 falls, and from when
+/// the fall row counts ("the last seconds").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Timing {
+    pub(super) seconds: u32,
+    pub(super) fall_at: f64,
+    pub(super) tail_from: f64,
+}
+
+pub(super) fn unequal_timing(quick: bool) -> Timing {
+    if quick {
+        Timing {
+            seconds: 5,
+            fall_at: 2.0,
+            tail_from: 3.0,
+        }
+    } else {
+        Timing {
+            seconds: 10,
+            fall_at: 3.0,
+            tail_from: 5.0,
+        }
+    }
+}
+
+/// What runs the transfer of a section 5 case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Who {
+    /// braid, `Mode = aggregate` over both lines.
+    Braid,
+    /// The kernel's MPTCP over two wireguard-go tunnels, one per line.
+    Mptcp,
+}
+
+impl Who {
+    pub(super) fn key(self) -> &'static str {
+        match self {
+            Who::Braid => "braid",
+            Who::Mptcp => "mptcp",
+        }
+    }
+}
+
+pub(super) fn unequal_key(row: &str, cc: &str, who: Who) -> String {
+    format!("unequal/{row}/{cc}/{}", who.key())
+}
+
+pub(super) fn best_key(line: &str, cc: &str) -> String {
+    format!("unequal/best-{line}/{cc}/alone")
+}
+
+pub(super) fn best_line(key: &str) -> &'static BestLine {
+    BEST_LINES
+        .iter()
+        .find(|b| b.key == key)
+        .unwrap_or(&BEST_LINES[0])
+}
+
+/// Section 5's cases, every congestion control in turn: each best line
+/// alone, then per row braid and MPTCP next to each other.
+pub(super) fn unequal_plan(o: &Opts, cases: &mut Vec<Case>) {
+    let t = unequal_timing(o.quick);
+    let rows: Vec<&Row> = ROWS
+        .iter()
+        .filter(|r| o.rows.iter().any(|k| k == r.key))
+        .collect();
+    let rounds = o.unequal_runs.max(1);
+    for (run, cc) in (0..rounds).flat_map(|r| o.unequal_cc.iter().map(move |cc| (r, cc))) {
+        let cc: &'static str = congestion_control(cc);
+        for b in BEST_LINES
+            .iter()
+            .filter(|b| rows.iter().any(|r| r.best == b.key))
+        {
+            let streams = rows
+                .iter()
+                .filter(|r| r.best == b.key)
+                .map(|r| r.streams)
+                .max()
+                .unwrap_or(1);
+            // The 25 Mbit/s line is the fall row's best line: its last
+            // seconds count, like the row's.
+            let fall = rows.iter().any(|r| r.best == b.key && r.fall_to.is_some());
+            cases.push(Case {
+                key: best_key(b.key, cc),
+                run,
+                label: format!(
+                    "5. best line: {}, failover, TCP {cc}{}{}",
+                    b.label,
+                    streams_label(streams),
+                    run_label(run, rounds)
+                ),
+                setup: Setup {
+                    mode: "failover",
+                    hold: None,
+                    lines: vec![flags(b.flags, 11)],
+                },
+                measure: Measure::Tcp {
+                    window: None,
+                    cc: Some(cc),
+                },
+                seconds: t.seconds,
+                extra: Extra {
+                    streams,
+                    tail_from: fall.then_some(t.tail_from),
+                    ..Extra::default()
+                },
+            });
+        }
+        for row in &rows {
+            for who in [Who::Braid, Who::Mptcp] {
+                let actions = row
+                    .fall_to
+                    .map(|r| vec![(t.fall_at, 0, format!("rate {r}"))])
+                    .unwrap_or_default();
                 cases.push(Case {
-                    key: unequal_key(variant, cc),
-                    run: 0,
-                    label: format!("5. {}, TCP {cc}", unequal_label(variant)),
+                    key: unequal_key(row.key, cc, who),
+                    run,
+                    label: format!(
+                        "5. {}{}, {}, TCP {cc}{}{}",
+                        row.label,
+                        row.fall_to
+                            .map(|_| format!(" at {:.0} s", t.fall_at))
+                            .unwrap_or_default(),
+                        match who {
+                            Who::Braid => "braid aggregate",
+                            _ => "MPTCP over 2 × wireguard-go",
+                        },
+                        streams_label(row.streams),
+                        run_label(run, rounds)
+                    ),
                     setup: Setup {
                         mode: "aggregate",
                         hold: None,
-                        lines,
+                        lines: vec![flags(row.lines[0], 11), flags(row.lines[1], 22)],
                     },
                     measure: Measure::Tcp {
                         window: None,
                         cc: Some(cc),
                     },
-                    seconds: if o.quick { 4 } else { 10 },
+                    seconds: t.seconds,
+                    extra: Extra {
+                        mptcp: who == Who::Mptcp,
+                        streams: row.streams,
+                        actions,
+                        tail_from: row.fall_to.map(|_| t.tail_from),
+                    },
                 });
             }
         }
     }
-    cases
 }
 
-/// Section 5's fast line: 100 Mbit/s, 10 ms one way, a 100 ms queue.
-pub(super) const FAST_LINE: &[&str] = &["--rate", "100mbit", "--delay", "10ms", "--queue", "100ms"];
-
-/// Section 5's cases: (key, label, the second line's flags; none: the fast
-/// line alone, the reference every bond is judged against).
-pub(super) const UNEQUAL: [(&str, &str, Option<&[&str]>); 4] = [
-    ("best", "the fast line alone (100 Mbit/s, 10 ms)", None),
-    (
-        "bond",
-        "100 Mbit/s 10 ms + 25 Mbit/s 40 ms",
-        Some(&["--rate", "25mbit", "--delay", "40ms", "--queue", "100ms"]),
-    ),
-    (
-        "slow",
-        "100 Mbit/s 10 ms + 2 Mbit/s 300 ms",
-        Some(&["--rate", "2mbit", "--delay", "300ms", "--queue", "100ms"]),
-    ),
-    (
-        "lossy",
-        "100 Mbit/s 10 ms + 25 Mbit/s 40 ms with 2 % loss",
-        Some(&[
-            "--rate", "25mbit", "--delay", "40ms", "--queue", "100ms", "--loss", "2%",
-        ]),
-    ),
-];
-
-/// The inner TCP's congestion control: cubic (what most users' machines
-/// run) and bbr (this machine's default, which shrugs off loss and
-/// reordering).
-pub(super) const CONGESTION_CONTROLS: [&str; 2] = ["cubic", "bbr"];
-
-pub(super) fn unequal_key(variant: &str, cc: &str) -> String {
-    format!("unequal/{variant}/{cc}")
+fn streams_label(streams: u32) -> String {
+    if streams > 1 {
+        format!(", {streams} streams")
+    } else {
+        String::new()
+    }
 }
 
-pub(super) fn unequal_label(variant: &str) -> &'static str {
-    UNEQUAL.iter().find(|u| u.0 == variant).map_or("?", |u| u.1)
+/// The congestion controls a bench may ask iperf3 for (`-C`): 'static
+/// names for the cases.
+pub(super) const KNOWN_CC: [&str; 5] = ["cubic", "bbr", "reno", "vegas", "westwood"];
+
+fn congestion_control(name: &str) -> &'static str {
+    KNOWN_CC
+        .iter()
+        .find(|c| **c == name)
+        .copied()
+        .unwrap_or("cubic")
 }
 
 /// "3 × 5 s (median)" or "15 s".
@@ -355,9 +653,21 @@ pub(super) fn run_label(run: usize, runs: usize) -> String {
     }
 }
 
-pub(super) fn seed_key(profile: &str, window: &str, hold0: bool) -> String {
+pub(super) fn seed_key(profile: &str, window: &str, hold0: bool, cc: Option<&str>) -> String {
     format!(
-        "seed/{profile}/{window}/{}",
-        if hold0 { "hold0" } else { "window" }
+        "seed/{profile}/{window}/{}{}",
+        if hold0 { "hold0" } else { "window" },
+        cc_suffix(cc)
     )
+}
+
+/// What a case key gets for an explicit congestion control ("/cubic"); none
+/// for the machine's default, so the default's keys stay what they were.
+pub(super) fn cc_suffix(cc: Option<&str>) -> String {
+    cc.map_or(String::new(), |c| format!("/{c}"))
+}
+
+/// ", cubic" in a case label; nothing for the machine's default.
+pub(super) fn cc_label(cc: Option<&str>) -> String {
+    cc.map_or(String::new(), |c| format!(", {c}"))
 }

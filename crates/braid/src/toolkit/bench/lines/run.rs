@@ -3,6 +3,7 @@
 //! everything down again.
 
 use super::plan::{Case, Measure, Setup, B_PORT, LINES, TUNNEL_A, TUNNEL_B};
+use crate::toolkit::lab::mptcp::{self, MptcpTools, MptcpTunnels};
 use crate::toolkit::lab::{self, iperf, Lab, LabResult, NetemLine};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -24,6 +25,16 @@ pub(super) struct Bench {
     pub(super) if_a: String,
     pub(super) if_b: String,
     pub(super) keys: ((String, String), (String, String)),
+    /// What the MPTCP anchor needs, looked for at its first case (`Err`:
+    /// why it cannot be measured).
+    pub(super) mptcp_tools: Option<Result<MptcpTools, String>>,
+}
+
+/// Where a transfer goes and how: iperf3's server address, and whether
+/// both ends run under `mptcpize` (the MPTCP anchor's tunnels).
+pub(super) struct Transfer<'a> {
+    pub(super) server: &'a str,
+    pub(super) mptcp: Option<&'a MptcpTunnels>,
 }
 
 impl Bench {
@@ -45,6 +56,7 @@ impl Bench {
             if_a,
             if_b,
             keys: (lab::keypair(), lab::keypair()),
+            mptcp_tools: None,
         })
     }
 
@@ -55,6 +67,21 @@ impl Bench {
         setup: &Setup,
         notes: &mut Vec<String>,
     ) -> LabResult<Vec<NetemLine>> {
+        let netems = self.relays(setup, |_| B_PORT)?;
+        if let Err(e) = self.tunnels(setup, notes) {
+            self.down(netems);
+            return Err(e);
+        }
+        Ok(netems)
+    }
+
+    /// A `braid netem` relay per line of `setup` in B, line `i` forwarding
+    /// to 127.0.0.1:`to_port(i)`.
+    pub(super) fn relays(
+        &mut self,
+        setup: &Setup,
+        to_port: impl Fn(usize) -> u16,
+    ) -> LabResult<Vec<NetemLine>> {
         let mut netems = Vec::new();
         for (i, f) in setup.lines.iter().enumerate() {
             let (ifn, _, b, port) = LINES[i];
@@ -63,7 +90,7 @@ impl Bench {
                 &self.ns_b,
                 ifn,
                 &format!("{b}:{port}"),
-                &format!("127.0.0.1:{B_PORT}"),
+                &format!("127.0.0.1:{}", to_port(i)),
                 &args,
             ) {
                 Ok(n) => netems.push(n),
@@ -72,10 +99,6 @@ impl Bench {
                     return Err(e);
                 }
             }
-        }
-        if let Err(e) = self.tunnels(setup, notes) {
-            self.down(netems);
-            return Err(e);
         }
         Ok(netems)
     }
@@ -188,22 +211,37 @@ impl Bench {
     /// are sent to the relays during the run. Returns iperf3's report.
     pub(super) fn iperf(
         &mut self,
+        to: &Transfer,
         args: &[String],
         seconds: u32,
         actions: &[(f64, usize, &str)],
         netems: &[NetemLine],
-    ) -> LabResult<Value> {
+    ) -> LabResult<(Value, Vec<String>)> {
         let mut last_err = String::new();
+        // Under mptcpize, iperf3's sockets are MPTCP ones.
+        let program = |lab: &Lab, ns: &str| {
+            if to.mptcp.is_some() {
+                let mut c = lab.cmd_in(ns, "mptcpize");
+                c.args(["run", "iperf3"]);
+                c
+            } else {
+                lab.cmd_in(ns, "iperf3")
+            }
+        };
+        // The MPTCP subflows are looked at once, mid-transfer.
+        let look_at = f64::from(seconds) / 2.0;
         for attempt in 0..2 {
-            let mut server = self.lab.cmd_in(&self.ns_b, "iperf3");
-            server.args(["-s", "-1", "-B", TUNNEL_B]);
+            let mut subflows = Vec::new();
+            let mut looked = to.mptcp.is_none();
+            let mut server = program(&self.lab, &self.ns_b);
+            server.args(["-s", "-1", "-B", to.server]);
             let server = self.lab.spawn(server, "iperf3-server.log")?;
             if let Err(e) = lab::sleep_unless_stopped(Duration::from_millis(400)) {
                 self.lab.stop(server, "iperf3-server.log");
                 return Err(e);
             }
-            let mut client = self.lab.cmd_in(&self.ns_a, "iperf3");
-            client.args(["-c", TUNNEL_B, "-J"]).args(args);
+            let mut client = program(&self.lab, &self.ns_a);
+            client.args(["-c", to.server, "-J"]).args(args);
             let client = match self.lab.spawn(client, "iperf3-client.json") {
                 Ok(c) => c,
                 Err(e) => {
@@ -226,6 +264,12 @@ impl Bench {
                         limit.as_secs()
                     ));
                     break;
+                }
+                if !looked && start.elapsed().as_secs_f64() >= look_at {
+                    looked = true;
+                    if let Some(t) = to.mptcp {
+                        subflows = t.subflows(iperf::PORT);
+                    }
                 }
                 if let Some(&(at, line, cmd)) = actions.get(next) {
                     if start.elapsed().as_secs_f64() >= at {
@@ -265,59 +309,30 @@ impl Bench {
                     continue;
                 }
                 Some(err) => return Err(format!("iperf3: {err}")),
-                None => return Ok(v),
+                None => return Ok((v, subflows)),
             }
         }
         Err(last_err)
     }
 
     pub(super) fn run_case(&mut self, case: &Case) -> Outcome {
+        if case.extra.mptcp {
+            return self.run_mptcp_case(case);
+        }
         let started = Instant::now();
         let mut notes = Vec::new();
         let netems = match self.up(&case.setup, &mut notes) {
             Ok(n) => n,
-            Err(e) => {
-                return Outcome {
-                    result: Err(e),
-                    notes,
-                    counters: Value::Null,
-                    show: String::new(),
-                    wall: started.elapsed().as_secs_f64(),
-                }
-            }
+            Err(e) => return failed(e, notes, started),
         };
-        let t = case.seconds.to_string();
-        let result = match &case.measure {
-            Measure::Tcp { window, cc } => {
-                let mut args = vec!["-t".to_string(), t];
-                if let Some(w) = window {
-                    args.extend(["-w".to_string(), w.to_string()]);
-                }
-                if let Some(cc) = cc {
-                    args.extend(["-C".to_string(), cc.to_string()]);
-                }
-                self.iperf(&args, case.seconds, &[], &netems)
-                    .and_then(|v| tcp_summary(&v))
-            }
-            Measure::Udp { rate, len, cut } => {
-                let args: Vec<String> = ["-u", "-b", rate, "-l", &len.to_string(), "-t", &t]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
-                let actions: Vec<(f64, usize, &str)> = cut
-                    .map(|(c, r)| vec![(c, 0, "cut"), (r, 0, "restore")])
-                    .unwrap_or_default();
-                self.iperf(&args, case.seconds, &actions, &netems)
-                    .and_then(|v| udp_summary(&v))
-            }
+        let to = Transfer {
+            server: TUNNEL_B,
+            mptcp: None,
         };
+        let result = self.transfer(case, &to, &netems).map(|(v, _)| v);
         let (mut counters, mut show) = self.counters();
-        let mut relays = Vec::new();
-        for (i, n) in netems.iter().enumerate() {
-            let stats = n.control("stats json").unwrap_or_else(|e| e);
-            let _ = writeln!(show, "--- braid netem {} ---\n{stats}", LINES[i].0);
-            relays.push(serde_json::from_str::<Value>(&stats).unwrap_or(json!(stats)));
-        }
+        let relays = relay_stats(&netems, &mut show);
+        check_rates(case, &relays, &mut notes);
         if let Value::Object(m) = &mut counters {
             m.insert("netem".into(), Value::Array(relays));
         }
@@ -330,13 +345,262 @@ impl Bench {
             wall: started.elapsed().as_secs_f64(),
         }
     }
+
+    /// The case's iperf3 run (TCP or UDP) with its relay commands, and
+    /// its summary.
+    fn transfer(
+        &mut self,
+        case: &Case,
+        to: &Transfer,
+        netems: &[NetemLine],
+    ) -> LabResult<(Value, Vec<String>)> {
+        let t = case.seconds.to_string();
+        match &case.measure {
+            Measure::Tcp { window, cc } => {
+                let args = tcp_args(case.seconds, *window, *cc, &case.extra);
+                let actions: Vec<(f64, usize, &str)> = case
+                    .extra
+                    .actions
+                    .iter()
+                    .map(|(at, line, cmd)| (*at, *line, cmd.as_str()))
+                    .collect();
+                let (v, subflows) = self.iperf(to, &args, case.seconds, &actions, netems)?;
+                Ok((tcp_summary(&v, case.extra.tail_from)?, subflows))
+            }
+            Measure::Udp { rate, len, cut } => {
+                let args: Vec<String> = ["-u", "-b", rate, "-l", &len.to_string(), "-t", &t]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                let actions: Vec<(f64, usize, &str)> = cut
+                    .map(|(c, r)| vec![(c, 0, "cut"), (r, 0, "restore")])
+                    .unwrap_or_default();
+                let (v, subflows) = self.iperf(to, &args, case.seconds, &actions, netems)?;
+                Ok((udp_summary(&v)?, subflows))
+            }
+        }
+    }
+
+    /// The MPTCP anchor on the case's lines: the same relays (forwarding
+    /// to one wireguard-go tunnel each), `mptcpize run iperf3`, and whether
+    /// both subflows carried traffic.
+    fn run_mptcp_case(&mut self, case: &Case) -> Outcome {
+        let started = Instant::now();
+        let mut notes = Vec::new();
+        let tools = self
+            .mptcp_tools
+            .get_or_insert_with(|| MptcpTools::find(true))
+            .clone();
+        let tools = match tools {
+            Ok(t) => t,
+            Err(e) => return failed(format!("not measured: {e}"), notes, started),
+        };
+        if case.setup.lines.len() != 2 {
+            return failed("the MPTCP anchor needs two lines".into(), notes, started);
+        }
+        let netems = match self.relays(&case.setup, mptcp_port) {
+            Ok(n) => n,
+            Err(e) => return failed(e, notes, started),
+        };
+        let endpoints: Vec<String> = LINES
+            .iter()
+            .map(|(_, _, b, port)| format!("{b}:{port}"))
+            .collect();
+        let (ns_a, ns_b) = (self.ns_a.clone(), self.ns_b.clone());
+        let tunnels = match self.lab.mptcp_up(
+            &tools,
+            &ns_a,
+            &ns_b,
+            [&endpoints[0], &endpoints[1]],
+            [mptcp_port(0), mptcp_port(1)],
+        ) {
+            Ok(t) => t,
+            Err(e) => {
+                self.stop_netems(netems);
+                return failed(e, notes, started);
+            }
+        };
+        let result = self.mptcp_transfer(case, &tunnels, &netems, &tools);
+        let mut show = String::new();
+        let relays = relay_stats(&netems, &mut show);
+        check_rates(case, &relays, &mut notes);
+        let result = result.map(|(mut v, subflows)| {
+            v["mptcp"] = mptcp_evidence(&tools.version, &subflows, &relays);
+            v
+        });
+        let _ = writeln!(
+            show,
+            "--- MPTCP in A (ss -HMn) ---\n{}",
+            lab::netns::run_in(&ns_a, "ss", &["-HMn"], lab::process::SHORT)
+                .stdout
+                .trim_end()
+        );
+        if let Ok(v) = &result {
+            if v["mptcp"]["two_subflows"] != true {
+                notes.push(format!(
+                    "MPTCP did not carry traffic on both lines: {}",
+                    v["mptcp"]["summary"].as_str().unwrap_or("")
+                ));
+            }
+        }
+        self.lab.mptcp_down(tunnels);
+        self.stop_netems(netems);
+        Outcome {
+            result,
+            notes,
+            counters: json!({ "netem": relays }),
+            show,
+            wall: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    fn mptcp_transfer(
+        &mut self,
+        case: &Case,
+        tunnels: &MptcpTunnels,
+        netems: &[NetemLine],
+        tools: &MptcpTools,
+    ) -> LabResult<(Value, Vec<String>)> {
+        // Both tunnels through before the transfer (handshakes done).
+        for i in 0..2 {
+            let peer = format!("198.19.{}.2", mptcp::TUNNEL_NET[i]);
+            if !self
+                .lab
+                .ping_until_reply(&self.ns_a, &peer, Duration::from_secs(10))
+            {
+                return Err(format!(
+                    "no ping reply through wireguard-go tunnel {} ({}) within 10 s",
+                    i + 1,
+                    tools.version
+                ));
+            }
+        }
+        let to = Transfer {
+            server: mptcp::SERVER,
+            mptcp: Some(tunnels),
+        };
+        self.transfer(case, &to, netems)
+    }
 }
 
-/// The figures of a TCP case, from iperf3's report.
-pub(super) fn tcp_summary(v: &Value) -> LabResult<Value> {
+/// B's wireguard-go port of the MPTCP anchor's tunnel over line `i`.
+pub(super) fn mptcp_port(i: usize) -> u16 {
+    B_PORT + 1 + i as u16
+}
+
+fn failed(e: String, notes: Vec<String>, started: Instant) -> Outcome {
+    Outcome {
+        result: Err(e),
+        notes,
+        counters: Value::Null,
+        show: String::new(),
+        wall: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Every relay's counters (`stats json`), also appended to `show`.
+fn relay_stats(netems: &[NetemLine], show: &mut String) -> Vec<Value> {
+    let mut relays = Vec::new();
+    for (i, n) in netems.iter().enumerate() {
+        let stats = n.control("stats json").unwrap_or_else(|e| e);
+        let _ = writeln!(show, "--- braid netem {} ---\n{stats}", LINES[i].0);
+        relays.push(serde_json::from_str::<Value>(&stats).unwrap_or(json!(stats)));
+    }
+    relays
+}
+
+/// A note for every `rate RATE` sent to a relay during the case whose line
+/// does not run at that rate at the end (the relays report their rate).
+pub(super) fn check_rates(case: &Case, relays: &[Value], notes: &mut Vec<String>) {
+    for (_, line, cmd) in &case.extra.actions {
+        let Some(rate) = cmd.strip_prefix("rate ") else {
+            continue;
+        };
+        let want = crate::toolkit::netem::args::parse_rate_change("rate", rate).ok();
+        let have = relays.get(*line).and_then(|r| r["up"]["rate_bps"].as_u64());
+        if want.is_none() || have != want {
+            notes.push(format!(
+                "line {} should run at {rate} after the change, but its relay reports {:?} bit/s",
+                line + 1,
+                have
+            ));
+        }
+    }
+}
+
+/// Bytes below which a line is taken not to have carried a subflow (the
+/// handshakes, keepalives and iperf3's control connection are far less).
+pub(super) const SUBFLOW_MIN_BYTES: f64 = 64.0 * 1024.0;
+
+/// Whether the MPTCP transfer used both lines: the relays' forwarded
+/// bytes A → B per line, and the subflows `ss` showed mid-transfer.
+pub(super) fn mptcp_evidence(version: &str, subflows: &[String], relays: &[Value]) -> Value {
+    let bytes: Vec<f64> = relays
+        .iter()
+        .map(|r| r["up"]["forwarded_bytes"].as_f64().unwrap_or(0.0))
+        .collect();
+    let both = bytes.len() == 2 && bytes.iter().all(|b| *b >= SUBFLOW_MIN_BYTES);
+    let mut local: Vec<&String> = subflows.iter().collect();
+    local.sort();
+    local.dedup();
+    let summary = format!(
+        "{} subflow(s) carrying data (ss, mid-transfer) from {}; line bytes A→B {}{}",
+        subflows.len(),
+        if local.is_empty() {
+            "nowhere".to_string()
+        } else {
+            local
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        },
+        bytes
+            .iter()
+            .map(|b| format!("{:.1} MB", b / 1e6))
+            .collect::<Vec<_>>()
+            .join(" / "),
+        if both { "" } else { " (NOT both lines)" }
+    );
+    json!({
+        "wireguard_go": version,
+        "subflows_seen": subflows,
+        "line_bytes_up": bytes,
+        "two_subflows": both,
+        "summary": summary,
+    })
+}
+
+/// iperf3's client arguments of a TCP case.
+pub(super) fn tcp_args(
+    seconds: u32,
+    window: Option<&str>,
+    cc: Option<&str>,
+    extra: &super::plan::Extra,
+) -> Vec<String> {
+    let mut args = vec!["-t".to_string(), seconds.to_string()];
+    if let Some(w) = window {
+        args.extend(["-w".to_string(), w.to_string()]);
+    }
+    if let Some(cc) = cc {
+        args.extend(["-C".to_string(), cc.to_string()]);
+    }
+    if extra.streams > 1 {
+        args.extend(["-P".to_string(), extra.streams.to_string()]);
+    }
+    if extra.tail_from.is_some() {
+        // The receiver's own intervals for "the last seconds".
+        args.push("--get-server-output".to_string());
+    }
+    args
+}
+
+/// The figures of a TCP case, from iperf3's report; with `tail_from`, also
+/// what arrived from that second on.
+pub(super) fn tcp_summary(v: &Value, tail_from: Option<f64>) -> LabResult<Value> {
     let r = iperf::Report::from_json(v.clone())?;
     let bps = r.received_bps.ok_or("iperf3 report without sum_received")?;
-    Ok(json!({
+    let mut out = json!({
         "mbps": bps / 1e6,
         "seconds": r.seconds,
         "bytes": r.received_bytes,
@@ -346,7 +610,20 @@ pub(super) fn tcp_summary(v: &Value) -> LabResult<Value> {
             .iter()
             .map(|b| (b / 1e4).round() / 100.0)
             .collect::<Vec<_>>(),
-    }))
+    });
+    if let Some(from) = tail_from {
+        let tail = r
+            .bps_from(from)
+            .ok_or(format!("iperf3 report without intervals from {from} s on"))?;
+        out["tail_from"] = json!(from);
+        out["tail_mbps"] = json!(tail / 1e6);
+        out["tail_counted_by"] = json!(if r.intervals_from_server {
+            "receiver"
+        } else {
+            "sender"
+        });
+    }
+    Ok(out)
 }
 
 /// The figures of a UDP case, from iperf3's report: loss, and the outage a
