@@ -104,15 +104,21 @@ fn losses_on_one_line_are_repaired_on_the_other() {
     let resent = extra_counter(&show_a["peers"][0]["extra"], "resent").unwrap_or(0);
     let lost = extra_counter(&show_b["peers"][0]["extra"], "lost").unwrap_or(0);
     let asked = extra_counter(&show_b["peers"][0]["extra"], "repairs_asked").unwrap_or(0);
+    let congestion = extra_counter(&show_a["peers"][0]["extra"], "resend_congestion").unwrap_or(0);
     eprintln!(
-        "[{test}] {:.1} Mbit/s; {lossy_tx} packets on the lossy line, b asked {asked} times, a re-sent {resent}, b gave up {lost}",
+        "[{test}] {:.1} Mbit/s; {lossy_tx} packets on the lossy line, b asked {asked} times, a re-sent {resent}, \
+         left {congestion} to the inner TCP as congestion (the fast line's full queue), b gave up {lost}",
         bps / 1e6
     );
     assert!(lossy_tx > 500, "{test}: the lossy line is used: {lossy_tx}");
     assert!(resent > 0 && asked > 0, "{test}: nothing was repaired");
+    // The lossy line loses about 3 % of what it carries; most of that is
+    // re-sent. (What the fast line drops from its full queue is not: that
+    // is the inner TCP's congestion signal, so `lost` is not judged.)
+    let own_losses = lossy_tx as f64 * 0.03;
     assert!(
-        lost * 4 < resent,
-        "{test}: gave up {lost}, re-sent {resent}"
+        resent as f64 > 0.5 * own_losses,
+        "{test}: re-sent {resent} of about {own_losses:.0} lost on the lossy line"
     );
     assert!(
         bps > 0.6 * 30e6,
