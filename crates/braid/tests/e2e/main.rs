@@ -34,6 +34,7 @@ mod ipv6;
 mod mss;
 mod multipath;
 mod netem;
+mod netns_move;
 mod pmtu;
 mod privilege;
 mod rate_limit;
