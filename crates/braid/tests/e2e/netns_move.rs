@@ -103,6 +103,10 @@ fn moved_interface_keeps_working_follows_mtu_moves_back_and_dies_with_deletion()
     // Found from c, by the socket's name in /var/run/wireguard.
     let show = nsc.run("wg", &["show", &ifa], SHORT);
     assert!(show.ok(), "wg show from c: {}", show.describe());
+    let listed = nsc.run("wg", &["show", "interfaces"], SHORT);
+    assert!(listed.stdout.contains(&ifa), "{}", listed.describe());
+    let bshow = nsc.run(BRAID, &["show", &ifa], SHORT);
+    assert!(bshow.ok(), "braid show from c: {}", bshow.describe());
     let child = a.child.as_mut().expect("foreground braid");
     assert!(child.running(), "braid died:\n{}", child.log_text());
 
@@ -162,6 +166,41 @@ fn moved_interface_keeps_working_follows_mtu_moves_back_and_dies_with_deletion()
         "{log}"
     );
     assert!(!sock_path(&ifa).exists(), "UAPI socket left behind");
+    assert!(b.down().ok());
+}
+
+/// The namespace the interface moved to goes away (`ip netns del`; the
+/// kernel deletes a TUN with its namespace): the daemon stops, as after
+/// `ip link del`.
+#[test]
+fn namespace_deleted_under_a_moved_interface_stops_the_daemon() {
+    let test = "namespace_deleted_under_a_moved_interface_stops_the_daemon";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
+    let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    let peer = format!("198.19.{x}.2");
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    b.assert_up();
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &conf_a, BraidMode::Foreground);
+    a.assert_up();
+    {
+        let nsc = env.netns("c");
+        move_to(&nsa, &ifa, &nsc);
+        configure(&nsc, &ifa, x);
+        assert!(ping_until_reply(&nsc, &peer, LONG), "no ping from c");
+        // Dropping the guard deletes the namespace.
+    }
+    let child = a.child.as_mut().expect("foreground braid");
+    assert!(
+        child.wait_exit(Duration::from_secs(10)).is_some(),
+        "the daemon outlived its interface's namespace:\n{}",
+        child.log_text()
+    );
+    let log = a.log_text();
+    assert!(log.contains("interface was removed"), "{log}");
     assert!(b.down().ok());
 }
 
