@@ -396,6 +396,88 @@ fn attrs(mut rest: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
+
+    fn ip(args: &[&str]) -> bool {
+        Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Removes the test's namespace (and with it a TUN moved there) and the
+    /// TUN, also when the test fails.
+    struct Cleanup {
+        netns: String,
+        link: String,
+    }
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.netns])
+                .output();
+            let _ = Command::new("ip")
+                .args(["link", "del", &self.link])
+                .output();
+        }
+    }
+
+    /// A real TUN moved to another namespace, looked at there, moved back,
+    /// then gone with that namespace. Needs root, `ip` and /dev/net/tun.
+    #[test]
+    fn follows_the_interface_into_another_namespace_and_sees_it_go() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || !std::path::Path::new("/dev/net/tun").exists() {
+            eprintln!("skipped: needs root and /dev/net/tun");
+            return;
+        }
+        let pid = std::process::id();
+        let name = format!("bio{pid}n");
+        let netns = format!("braid-io-test-{pid}");
+        let _cleanup = Cleanup {
+            netns: netns.clone(),
+            link: name.clone(),
+        };
+        let tun = Tun::create(&name).unwrap();
+        assert_eq!(tun.current_name().unwrap(), name);
+        let here = tun.link_state().unwrap();
+        assert_eq!((here.name.as_str(), here.netns_id), (name.as_str(), None));
+        assert!(!here.up);
+        tun.set_mtu(1380).unwrap();
+        assert_eq!(tun.link_state().unwrap().mtu, 1380);
+
+        assert!(ip(&["netns", "add", &netns]));
+        assert!(ip(&["link", "set", "dev", &name, "netns", &netns]));
+        assert!(!tun.in_own_netns().unwrap());
+        assert!(ip(&[
+            "-n", &netns, "link", "set", "dev", &name, "mtu", "1300", "up"
+        ]));
+        let there = tun.link_state().unwrap();
+        assert!(there.netns_id.is_some(), "{there:?}");
+        assert_eq!((there.mtu, there.up), (1300, true), "{there:?}");
+        // As root this process can enter the namespace to set the MTU.
+        tun.set_mtu(1290).unwrap();
+        assert_eq!(tun.link_state().unwrap().mtu, 1290);
+
+        assert!(ip(&[
+            "-n", &netns, "link", "set", "dev", &name, "netns", "1"
+        ]));
+        assert!(tun.in_own_netns().unwrap());
+        assert_eq!(tun.link_state().unwrap().netns_id, None);
+
+        // Gone with its namespace: every call on the descriptor says so.
+        assert!(ip(&["link", "set", "dev", &name, "netns", &netns]));
+        assert!(ip(&["netns", "del", &netns]));
+        let gone = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            tun.removed()
+        });
+        assert!(gone, "the TUN outlived its namespace");
+        assert!(matches!(tun.link_state(), Err(e) if is_removed_error(&e)));
+        let mut batch = braid_core::batch::PacketBatch::new(4, 2048);
+        assert!(matches!(tun.read_batch(&mut batch), Err(e) if is_removed_error(&e)));
+    }
 
     #[test]
     fn attributes_round_trip() {
