@@ -460,8 +460,10 @@ mod tests {
         tun.set_mtu(1290).unwrap();
         assert_eq!(tun.link_state().unwrap().mtu, 1290);
 
+        // Back to this process's namespace (`netns PID`).
+        let back = pid.to_string();
         assert!(ip(&[
-            "-n", &netns, "link", "set", "dev", &name, "netns", "1"
+            "-n", &netns, "link", "set", "dev", &name, "netns", &back
         ]));
         assert!(tun.in_own_netns().unwrap());
         assert_eq!(tun.link_state().unwrap().netns_id, None);
