@@ -250,3 +250,63 @@ fn wireguard_go_moved_interface_reference() {
     eprintln!("[{test}] wireguard-go gone after deletion in c: {gone}");
     assert!(b.down().ok());
 }
+
+/// The issue's own steps: `braid NAME` configured by the stock `wg`
+/// (`wg setconf`), moved to c before any address, used from c for longer
+/// than a housekeeping round, then `braid down NAME` run in c stops it.
+#[test]
+fn braid_name_set_up_by_wg_works_from_another_namespace_and_goes_down_from_there() {
+    let test = "braid_name_set_up_by_wg_works_from_another_namespace_and_goes_down_from_there";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let nsc = env.netns("c");
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
+    let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    let peer = format!("198.19.{x}.2");
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
+    b.assert_up();
+    let mut cmd = nsa.cmd(BRAID);
+    cmd.args([ifa.as_str(), "--foreground"]);
+    let log = env.path(&format!("{ifa}.log"));
+    let mut child = ChildGuard::spawn(cmd, &format!("braid {ifa}"), &log).or_panic();
+    assert!(
+        wait_until(LONG, || !child.running() || sock_path(&ifa).exists()),
+        "braid {ifa} did not come up:\n{}",
+        child.log_text()
+    );
+    let setconf = env.write(&format!("{ifa}.setconf"), &conf_a.wg_setconf());
+    nsa.run("wg", &["setconf", &ifa, &setconf.to_string_lossy()], SHORT)
+        .expect_ok("wg setconf");
+
+    move_to(&nsa, &ifa, &nsc);
+    configure(&nsc, &ifa, x);
+    assert!(
+        ping_until_reply(&nsc, &peer, LONG),
+        "no ping from c:\n{}",
+        child.log_text()
+    );
+    // 10 pings 0.2 s apart: several housekeeping rounds.
+    let p = ping(&nsc, &peer, 10);
+    assert_eq!(p.received, 10, "{}", p.output);
+    assert!(child.running(), "braid died:\n{}", child.log_text());
+    let bps = tcp_transfer(&env, &nsc, &nsb, x);
+    assert!(bps > 0.0);
+    let show = nsc.run("wg", &["show", &ifa], SHORT);
+    assert!(show.ok(), "{}", show.describe());
+    assert!(show.stdout.contains("latest handshake"), "{}", show.stdout);
+
+    let down = nsc.run(BRAID, &["down", &ifa], LONG);
+    assert!(down.ok(), "braid down from c: {}", down.describe());
+    assert!(
+        child.wait_exit(Duration::from_secs(10)).is_some(),
+        "braid down from c did not stop the daemon:\n{}",
+        child.log_text()
+    );
+    assert!(
+        wait_until(SHORT, || !nsc.has_link(&ifa)),
+        "the interface outlived its daemon"
+    );
+    assert!(b.down().ok());
+}
