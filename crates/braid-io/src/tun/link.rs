@@ -409,14 +409,15 @@ mod tests {
     /// TUN, also when the test fails.
     struct Cleanup {
         netns: String,
+        second: String,
         link: String,
     }
 
     impl Drop for Cleanup {
         fn drop(&mut self) {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.netns])
-                .output();
+            for ns in [&self.netns, &self.second] {
+                let _ = Command::new("ip").args(["netns", "del", ns]).output();
+            }
             let _ = Command::new("ip")
                 .args(["link", "del", &self.link])
                 .output();
@@ -435,8 +436,10 @@ mod tests {
         let pid = std::process::id();
         let name = format!("bio{pid}n");
         let netns = format!("braid-io-test-{pid}");
+        let second = format!("braid-io-test-{pid}-2");
         let _cleanup = Cleanup {
             netns: netns.clone(),
+            second: second.clone(),
             link: name.clone(),
         };
         let tun = Tun::create(&name).unwrap();
@@ -468,9 +471,20 @@ mod tests {
         assert!(tun.in_own_netns().unwrap());
         assert_eq!(tun.link_state().unwrap().netns_id, None);
 
-        // Gone with its namespace: every call on the descriptor says so.
+        // From one other namespace to a second one: this namespace has no
+        // id for the second yet (the kernel gives one to the namespace the
+        // interface left), so link_state assigns one.
         assert!(ip(&["link", "set", "dev", &name, "netns", &netns]));
-        assert!(ip(&["netns", "del", &netns]));
+        assert!(ip(&["netns", "add", &second]));
+        assert!(ip(&[
+            "-n", &netns, "link", "set", "dev", &name, "netns", &second
+        ]));
+        let there = tun.link_state().unwrap();
+        assert!(there.netns_id.is_some(), "{there:?}");
+        assert_eq!(there.name, name);
+
+        // Gone with its namespace: every call on the descriptor says so.
+        assert!(ip(&["netns", "del", &second]));
         let gone = (0..50).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(20));
             tun.removed()
