@@ -26,6 +26,6 @@ pub mod wake;
 pub use poll::{wait, Interest, Readiness};
 pub use sys::{advise_huge_pages, setsockopt_int};
 pub use tcp::TcpLine;
-pub use tun::{Offload, OffloadStats, Tun, TunRead};
+pub use tun::{is_removed_error, LinkState, Offload, OffloadStats, Tun, TunRead};
 pub use udp::UdpSocket;
 pub use wake::Waker;

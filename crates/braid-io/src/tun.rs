@@ -27,10 +27,12 @@ use braid_core::batch::{PacketBatch, HEADROOM, TAILROOM};
 use crate::offload::VNET_HDR_LEN;
 
 mod fd;
+mod link;
 mod offload_io;
 
 pub use fd::TunRead;
 use fd::{Counters, Step, TunFd, NO_ADDR};
+pub use link::{is_removed_error, LinkState};
 use offload_io::{ReadScratch, WriteScratch};
 
 /// The offloads we ask for: checksum and TCP segmentation for both IP

@@ -284,7 +284,7 @@ impl Shared {
     /// what the paths carry now. Cheap; the main thread calls it after timers.
     pub fn follow_path_mtu(&self, name: &str) {
         let target = self.path_mtu.target(&mut self.device());
-        if let Some(mtu) = self.path_mtu.follow(target, name) {
+        if let Some(mtu) = self.path_mtu.follow(target, name, &self.tun) {
             self.set_mtu(mtu);
         }
     }

@@ -19,6 +19,7 @@ pub mod crypto_helpers;
 pub mod dataplane;
 pub mod guardian;
 pub mod hooks;
+pub mod iface;
 pub mod line;
 pub mod lines;
 mod os_random;
@@ -47,7 +48,8 @@ use std::time::{Duration, Instant, SystemTime};
 /// `MAX_HANDSHAKES_PER_BATCH` on handshakes).
 const RECV_BATCHES_PER_WAKE: usize = 8;
 
-/// How often housekeeping (link still there? MTU changed?) runs.
+/// How often housekeeping (MTU changed? moved?) runs. A deleted interface
+/// is noticed at once, by the TUN's reads failing.
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
 /// How often the TUN MTU and the too-big limit are brought in line with
 /// the paths' discovery: often enough to follow a black hole at once, rare
@@ -396,13 +398,24 @@ impl Daemon {
         let outbound = outbound
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("outbound thread panicked")));
-        result.and(outbound)
+        let result = result.and(outbound);
+        // A read or write on the TUN of a deleted interface fails
+        // (EBADFD), wherever the interface was: that is its removal, a
+        // stop like any other, not an I/O failure.
+        if matches!(&result, Err(e) if braid_io::is_removed_error(e)) || self.shared.tun.removed() {
+            log!(self.name, "interface was removed");
+            return Ok(());
+        }
+        result
     }
 
     fn main_loop(&mut self) -> std::io::Result<()> {
         let mut next_housekeeping = Instant::now() + HOUSEKEEPING;
         let mut next_mtu_follow = Instant::now();
         let mut suspend = clocks::SuspendDetector::now();
+        let mut watch = iface::Watch::default();
+        // A first look now, so a move right after start-up is noticed.
+        let _ = watch.check(&self.shared.tun, &self.name);
         while !background::stop_requested() && !self.shared.stopping() {
             let now = Instant::now();
             let deadline = self
@@ -470,12 +483,20 @@ impl Daemon {
                 // NTP may have set or stepped the wall clock since.
                 let (at, wall) = clocks::wall_now();
                 self.shared.device().set_wall_clock(at, wall);
-                if !netcfg::link_exists(&self.name) {
-                    log!(self.name, "interface was removed");
-                    break;
-                }
-                if let Ok(mtu) = netcfg::link_mtu(&self.name) {
-                    self.shared.set_mtu(mtu);
+                // Asked through the TUN, in the namespace the interface is
+                // in now: never by its name in the daemon's (it may have
+                // moved, `ip link set NAME netns OTHER`).
+                match watch.check(&self.shared.tun, &self.name) {
+                    iface::Seen::Removed => break,
+                    iface::Seen::There { mtu, moved } => {
+                        if moved {
+                            self.shared.path_mtu.retry_refused();
+                        }
+                        if mtu > 0 && mtu != self.shared.tunnel_mtu() {
+                            self.shared.set_mtu(mtu);
+                        }
+                    }
+                    iface::Seen::Unknown => {}
                 }
                 self.shared.refresh_path_ceilings(now);
                 tcp_lines::sort_out_connections(&self.shared.lines(), &self.shared.device());

@@ -46,6 +46,10 @@ pub struct PathMtu {
     limit: AtomicU32,
     /// The TUN MTU this module set last.
     applied: AtomicU32,
+    /// The target setting failed for last (0: none), not tried again: an
+    /// interface moved to another namespace cannot be changed by a daemon
+    /// that gave up root (see `Tun::set_mtu`).
+    refused: AtomicU32,
     next_refresh: Mutex<Option<Instant>>,
     answers: Mutex<Answers>,
 }
@@ -77,6 +81,7 @@ impl PathMtu {
             default: mtu,
             limit: AtomicU32::new(0),
             applied: AtomicU32::new(mtu),
+            refused: AtomicU32::new(0),
             next_refresh: Mutex::new(None),
             answers: Mutex::new(Answers {
                 batch: PacketBatch::new(batch, ANSWER_SLOT),
@@ -133,24 +138,36 @@ impl PathMtu {
     }
 
     /// Outside the device lock: makes `target` the too-big limit and, when
-    /// the TUN MTU follows the paths and differs, sets it on interface
-    /// `name`. Returns the TUN MTU it set, for the data plane to record.
-    pub fn follow(&self, target: u32, name: &str) -> Option<u32> {
+    /// the TUN MTU follows the paths and differs, sets it on `tun`'s
+    /// interface, in whatever namespace it is now (`name` is for the log).
+    /// Returns the TUN MTU it set, for the data plane to record.
+    pub fn follow(&self, target: u32, name: &str, tun: &Tun) -> Option<u32> {
         self.limit.store(target, Ordering::Relaxed);
-        if !self.auto || self.applied.load(Ordering::Relaxed) == target {
+        if !self.auto
+            || self.applied.load(Ordering::Relaxed) == target
+            || self.refused.load(Ordering::Relaxed) == target
+        {
             return None;
         }
-        match netcfg::link_set_mtu(name, target) {
+        match tun.set_mtu(target) {
             Ok(()) => {
+                self.refused.store(0, Ordering::Relaxed);
                 let was = self.applied.swap(target, Ordering::Relaxed);
                 eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}");
                 Some(target)
             }
             Err(e) => {
+                self.refused.store(target, Ordering::Relaxed);
                 eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}");
                 None
             }
         }
+    }
+
+    /// Forgets the target setting the MTU failed for, so it is tried again
+    /// (the interface moved: back home it can be set).
+    pub fn retry_refused(&self) {
+        self.refused.store(0, Ordering::Relaxed);
     }
 
     /// Whether the lines' MTUs are due to be looked up again (every

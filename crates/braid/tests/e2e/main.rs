@@ -36,6 +36,7 @@ mod mss;
 mod multipath;
 mod netem;
 mod netem_rate;
+mod netns_move;
 mod pmtu;
 mod privilege;
 mod rate_limit;
