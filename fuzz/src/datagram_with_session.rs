@@ -10,7 +10,7 @@ use crate::pair::{ipv4_packet, source, Pair, A_ADDR, A_TUN, B_ADDR, B_TUN};
 use crate::steer;
 use braid_core::cipher::{write_data_header, DataCipher};
 use braid_core::crypto::TAG_LEN;
-use braid_core::ext::{ExtMessage, ProbeBody, MAX_PAYLOAD};
+use braid_core::ext::{Delivery, ExtMessage, ProbeBody, MAX_PAYLOAD};
 use braid_core::messages::{DATA_HEADER_LEN, TYPE_BRAID};
 use std::time::Duration;
 
@@ -162,7 +162,7 @@ fn sealed_ext(pair: &Pair, input: &mut Input) -> Option<Vec<u8>> {
         rx_probes: input.u32(),
     };
     let mut payload = [0u8; MAX_PAYLOAD];
-    let len = match shape % 4 {
+    let len = match shape % 6 {
         0 => ExtMessage::Hello {
             version: input.u8(),
             path: input.u8(),
@@ -170,7 +170,21 @@ fn sealed_ext(pair: &Pair, input: &mut Input) -> Option<Vec<u8>> {
         }
         .encode(&mut payload),
         1 => ExtMessage::Probe(body).encode(&mut payload),
-        2 => ExtMessage::Echo(body).encode(&mut payload),
+        2 => ExtMessage::Echo(body, None).encode(&mut payload),
+        3 => ExtMessage::Echo(
+            body,
+            Some(Delivery {
+                received_us: input.u64(),
+                data_bytes: input.u64(),
+                data_packets: input.u64(),
+            }),
+        )
+        .encode(&mut payload),
+        4 => ExtMessage::Repair {
+            from: input.u64(),
+            count: input.u16(),
+        }
+        .encode(&mut payload),
         _ => {
             let n = 1 + input.u8() as usize % MAX_PAYLOAD;
             let raw = input.bytes(n);
