@@ -770,3 +770,44 @@ fn braid_peers_learn_a_new_path_and_the_old_one_goes_down() {
     p.run_for(Duration::from_millis(100));
     assert_eq!(p[A].delivered.len(), 1, "B answers on the live path");
 }
+
+/// Cryptokey routing changes on the fly (issue 20 item 5): A routes all
+/// of 198.19.0.0/24 to B; once C's /32 is added to A's peer C, the very
+/// next packet for C's address goes to C, not B; removing it sends the
+/// traffic back to B.
+#[test]
+fn a_more_specific_allowed_ip_takes_traffic_at_once() {
+    use braid_core::testing::C;
+    use std::net::{IpAddr, Ipv4Addr};
+    let mut net = Net::new();
+    let (a, b, c) = (net.add_node(), net.add_node(), net.add_node());
+    assert_eq!((a, b, c), (A, B, C));
+    let (pb, _) = net.peers(A, B);
+    let b_addr = net.addr(B);
+    net[A].device.set_endpoint(pb, b_addr);
+    let net24 = IpAddr::V4(Ipv4Addr::new(198, 19, 0, 0));
+    net[A].device.add_allowed_ip(pb, net24, 24).unwrap();
+    let (pc, _) = net.peers(A, C);
+    let c_addr = net.addr(C);
+    net[A].device.set_endpoint(pc, c_addr);
+    // Only the /24 (at B) covers C's address for now.
+    net[A].device.clear_allowed_ips(pc);
+    let to_c = |net: &mut Net, n: u8| {
+        let packet = braid_core::testing::ipv4(net.tun(A), net.tun(C), 17, &[n; 40]);
+        net.send_packet(A, &packet);
+        net.settle();
+        net.run_for(std::time::Duration::from_millis(50));
+    };
+    to_c(&mut net, 1);
+    assert_eq!(net[B].delivered.len(), 1, "the /24 sends it to B");
+    assert!(net[C].delivered.is_empty());
+    let c_tun = IpAddr::V4(net[C].tun);
+    net[A].device.add_allowed_ip(pc, c_tun, 32).unwrap();
+    to_c(&mut net, 2);
+    assert_eq!(net[B].delivered.len(), 1, "B gets nothing more");
+    assert_eq!(net[C].delivered.len(), 1, "the /32 takes it at once");
+    net[A].device.clear_allowed_ips(pc);
+    to_c(&mut net, 3);
+    assert_eq!(net[B].delivered.len(), 2, "back to B once the /32 is gone");
+    assert_eq!(net[C].delivered.len(), 1);
+}
