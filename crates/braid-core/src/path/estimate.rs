@@ -139,12 +139,6 @@ impl<T: Copy + PartialOrd> Windowed<T> {
         self.current = Some(self.current.map_or(value, |c| self.pick(c, value)));
     }
 
-    /// The extreme of the window as of `now`.
-    pub fn get_at(&mut self, now: Instant) -> Option<T> {
-        self.advance(now);
-        self.get()
-    }
-
     /// The extreme as of the latest update.
     pub fn get(&self) -> Option<T> {
         match (self.current, self.previous) {

@@ -141,7 +141,9 @@ fn earliest_arrival(
             // (`Peer::live_path_mask`): what it carried would come late.
             continue;
         }
-        let arrival = backlog(p, now)
+        let arrival = p
+            .outbound
+            .backlog(now)
             .saturating_add(transmission(len, p.outbound.rate()))
             .saturating_add(extra_delay);
         if best.is_none_or(|(a, _)| arrival < a) {
@@ -149,7 +151,7 @@ fn earliest_arrival(
         }
     }
     let (_, i) = best?;
-    let waiting = backlog(&paths[i], now);
+    let waiting = paths[i].outbound.backlog(now);
     let o = &mut paths[i].outbound;
     if waiting > LIMITED_BACKLOG {
         o.limited = true;
@@ -162,7 +164,7 @@ fn earliest_arrival(
     let least = paths
         .iter()
         .filter(|p| candidate(p))
-        .map(|p| backlog(p, now))
+        .map(|p| p.outbound.backlog(now))
         .min()
         .unwrap_or_default();
     if let Some(excess) = least.checked_sub(MAX_BACKLOG).filter(|e| !e.is_zero()) {
@@ -171,11 +173,6 @@ fn earliest_arrival(
         }
     }
     Some(i)
-}
-
-/// How long until the line has sent what it was given.
-fn backlog(p: &Path, now: Instant) -> Duration {
-    p.outbound.backlog(now)
 }
 
 /// Time to send `len` bytes at `rate` bytes per second.
