@@ -76,6 +76,23 @@ impl RemoteStatic {
             static_static: dh(&local.private, &public).ok(),
         }
     }
+
+    /// Without DH(our static, theirs) yet (`static_static` is `None`
+    /// until [`derive_static_static`](Self::derive_static_static)): a
+    /// peer costs no DH before its first handshake, so configuring
+    /// 100,000 peers does not cost 100,000 of them.
+    pub fn deferred(public: [u8; 32], preshared: [u8; 32]) -> Self {
+        RemoteStatic {
+            public,
+            preshared,
+            static_static: None,
+        }
+    }
+
+    /// Computes DH(our static, theirs) (`None` for a low-order key).
+    pub fn derive_static_static(&mut self, local: &LocalStatic) {
+        self.static_static = dh(&local.private, &self.public).ok();
+    }
 }
 
 impl Drop for RemoteStatic {

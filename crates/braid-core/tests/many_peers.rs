@@ -61,3 +61,66 @@ fn a_removed_peers_slot_is_reused_clean() {
     let again: Vec<usize> = (10..12).map(|n| d.add_peer(key(n)).unwrap()).collect();
     assert!(again.iter().all(|&p| p == a || p == b));
 }
+
+/// What one live pair does over a simulated minute (a packet each way every
+/// 100 ms, a persistent keepalive) while the responder also knows `idle`
+/// peers that never speak: how many times its peers were woken, how many
+/// packets got through, and how many deadlines are scheduled at the end.
+fn live_minute_beside(idle: u32) -> (u64, usize, usize) {
+    use braid_core::testing::{Net, A, B};
+    use braid_netem::link::{LinkModel, LinkParams};
+    use std::time::Duration;
+    let mut net = Net::pair();
+    let params = LinkParams {
+        delay: Duration::from_millis(5),
+        ..LinkParams::default()
+    };
+    net.connect(
+        (A, 0),
+        (B, 0),
+        LinkModel::new(params.clone(), 1),
+        LinkModel::new(params, 2),
+    );
+    // What a server's roaming clients are before they connect: a key and
+    // a /32 each, no endpoint.
+    let now = net.now;
+    for n in 0..idle {
+        let pid = net[B].device.add_peer(key(n)).unwrap();
+        net[B]
+            .device
+            .add_allowed_ip(pid, addr(1000 + n), 32)
+            .unwrap();
+        net[B].device.set_persistent_keepalive(now, pid, 25);
+    }
+    net[A].device.set_persistent_keepalive(now, 0, 25);
+    let woken_before = net[B].device.peers_woken();
+    for _ in 0..600 {
+        net.send(A, B, b"ping");
+        net.send(B, A, b"pong");
+        net.run_for(Duration::from_millis(100));
+    }
+    let woken = net[B].device.peers_woken() - woken_before;
+    let delivered = net[A].delivered.len() + net[B].delivered.len();
+    let scheduled = usize::from(net[B].device.poll_timeout().is_some());
+    (woken, delivered, scheduled)
+}
+
+/// Idle peers cost nothing per wake-up: the responder's timers wake
+/// exactly the same peers, as often, with 5,000 idle peers beside the
+/// live one as with none (a scan per wake-up would visit 5,000 each
+/// time). Their persistent keepalives wait for an endpoint and a session,
+/// which they never get, so they schedule nothing.
+#[test]
+fn idle_peers_are_never_woken() {
+    let (alone, delivered_alone, _) = live_minute_beside(0);
+    let (crowded, delivered_crowded, scheduled) = live_minute_beside(5_000);
+    println!(
+        "peers woken over a minute: {alone} with no idle peer, {crowded} beside 5,000; \
+         packets delivered {delivered_alone} and {delivered_crowded}"
+    );
+    assert!(alone > 0, "the live peer's timers ran");
+    assert_eq!(crowded, alone);
+    assert_eq!(delivered_crowded, delivered_alone);
+    assert_eq!(delivered_alone, 2 * 600);
+    assert_eq!(scheduled, 1);
+}

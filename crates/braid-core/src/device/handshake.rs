@@ -27,9 +27,16 @@ impl Device {
         if !retry && !p.may_initiate(now) {
             return;
         }
+        if p.paths.is_empty() {
+            return;
+        }
+        let (Some(local), Some(p)) = (self.local.as_ref(), self.peers[pid].as_mut()) else {
+            return;
+        };
+        p.derive_static_static(local);
         // A low-order peer key: no initiation can be made (Linux WireGuard
         // gives up the same way); the configuration refuses such keys.
-        if p.paths.is_empty() || self.local.is_none() || p.remote.static_static.is_none() {
+        if p.remote.static_static.is_none() {
             return;
         }
         if let Some(old) = self.peers[pid].as_mut().and_then(|p| p.handshake.take()) {

@@ -49,6 +49,7 @@ mod receive;
 mod repair;
 mod send;
 mod state;
+mod table;
 
 pub use jobs::{CryptoJobs, CryptoPart};
 pub use pmtu::PathRoute;
@@ -62,7 +63,7 @@ use crate::cipher::CipherPolicy;
 use crate::consts::*;
 use crate::cookie::CookieChecker;
 use crate::messages::INITIATION_LEN;
-use crate::noise::{self, LocalStatic, RemoteStatic};
+use crate::noise::{self, LocalStatic};
 use crate::peer::{Peer, PeerId};
 use crate::ratelimiter::SourceRateLimiter;
 use crate::reorder::{ReorderConfig, ReorderCounters, ReorderWindow};
@@ -136,7 +137,7 @@ impl Device {
         Device {
             local: None,
             checker: None,
-            peers: Vec::new(),
+            peers: table::PeerTable::default(),
             by_key: HashMap::new(),
             peer_limit: MAX_PEERS,
             allowed: AllowedIps::new(),
@@ -151,9 +152,9 @@ impl Device {
             padding_cap: usize::MAX,
             too_big: Vec::new(),
             too_big_len: 0,
-            free_peer_slots: Vec::new(),
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
+            scratch_due: Vec::new(),
             handshake_window: (now, 0),
             handshake_budget: MAX_HANDSHAKES_PER_BATCH,
             source_limiter: SourceRateLimiter::new(),
@@ -182,6 +183,11 @@ impl Device {
     }
 
     pub fn set_private_key(&mut self, private: Option<[u8; 32]>) {
+        // The same key again (every `wg setconf` sends it) keeps the
+        // sessions, as wireguard-go does.
+        if private.is_some() && private == self.private_key() {
+            return;
+        }
         self.local = private.map(LocalStatic::new);
         self.checker = self.local.as_ref().map(|l| CookieChecker::new(&l.public));
         // A peer can't be ourselves.
@@ -196,6 +202,7 @@ impl Device {
                 self.forget_sessions(pid);
             }
         }
+        self.peers.settle();
     }
 
     pub fn private_key(&self) -> Option<[u8; 32]> {
@@ -216,6 +223,7 @@ impl Device {
         if let Some(p) = self.peers[pid].as_mut() {
             p.cipher = policy;
         }
+        self.peers.settle();
     }
 
     /// Test knob (feature `testing`): overrides the AES hardware detection
@@ -244,7 +252,7 @@ impl Device {
         self.mtu = mtu;
         // A raised tunnel MTU must not push full-size packets past the
         // reorder windows (they would skip reordering and open gaps).
-        for p in self.peers.iter_mut().flatten() {
+        for p in self.peers.iter_mut_untimed() {
             p.reorder.raise_max_packet(mtu);
         }
     }
@@ -275,30 +283,12 @@ impl Device {
         if self.public_key() == Some(public) || self.by_key.len() >= self.peer_limit {
             return None;
         }
-        // Peer math needs our static key; without one use a placeholder that
-        // is recomputed when the key is set.
-        let placeholder;
-        let local = match &self.local {
-            Some(l) => l,
-            None => {
-                placeholder = LocalStatic::new([0; 32]);
-                &placeholder
-            }
-        };
-        let peer = Peer::new(local, public);
-        let pid = match self.free_peer_slots.pop() {
-            Some(free) => {
-                self.peers[free] = Some(peer);
-                free
-            }
-            None => {
-                self.peers.push(Some(peer));
-                self.peers.len() - 1
-            }
-        };
+        let peer = Peer::new(public);
+        let pid = self.peers.insert(peer);
         self.by_key.insert(public, pid);
         // Window slots sized for this interface's MTU.
         self.set_reorder(pid, None, None);
+        self.peers.settle();
         Some(pid)
     }
 
@@ -328,10 +318,17 @@ impl Device {
                 }
             }
         }
-        self.pending_flush.retain(|&p| p != pid);
-        self.reorder_ready.retain(|&p| p != pid);
-        self.peers[pid] = None;
-        self.free_peer_slots.push(pid);
+        // Off the lists it is on (only then a walk of one list): the slot
+        // may soon hold another peer, which must not inherit its turn.
+        if let Some(p) = self.peers.remove(pid) {
+            if p.flush_queued {
+                self.pending_flush.retain(|&p| p != pid);
+            }
+            if p.ready_queued {
+                self.reorder_ready.retain(|&p| p != pid);
+            }
+        }
+        self.peers.settle();
         true
     }
 
@@ -367,26 +364,43 @@ impl Device {
     }
 
     pub fn peer(&self, pid: PeerId) -> Option<&Peer> {
-        self.peers.get(pid).and_then(Option::as_ref)
+        self.peers.get(pid)
+    }
+
+    /// Peers that have a session now: the ones whose paths carry
+    /// anything (path MTU, connections), without a walk of every peer.
+    pub fn peers_with_session(&self) -> &[PeerId] {
+        self.peers.with_session()
+    }
+
+    /// Peers `handle_timeout` woke since the device was made: one per
+    /// due deadline, however many peers are idle (what the simulator's
+    /// many-peer cases count).
+    pub fn peers_woken(&self) -> u64 {
+        self.peers.woken
     }
 
     pub fn set_preshared_key(&mut self, pid: PeerId, psk: [u8; 32]) {
         if let Some(p) = self.peers[pid].as_mut() {
             p.remote.preshared = psk;
         }
+        self.peers.settle();
     }
 
     pub fn set_endpoint(&mut self, pid: PeerId, endpoint: SocketAddr) {
         if let Some(p) = self.peers[pid].as_mut() {
             p.set_endpoint(endpoint);
         }
+        self.peers.settle();
     }
 
     /// Adds a configured path: `remote` reached over local line `line`.
     pub fn add_path(&mut self, pid: PeerId, name: &str, line: u16, remote: SocketAddr) -> bool {
-        self.peers[pid]
+        let added = self.peers[pid]
             .as_mut()
-            .is_some_and(|p| p.add_path(name, line, remote))
+            .is_some_and(|p| p.add_path(name, line, remote));
+        self.peers.settle();
+        added
     }
 
     /// Applies all of braid's per-peer settings at once (see
@@ -406,6 +420,7 @@ impl Device {
         if let Some(p) = self.peers[pid].as_mut() {
             p.mode = mode;
         }
+        self.peers.settle();
     }
 
     /// Sets the persistent keepalive; turning it on sends one at once, which
@@ -421,6 +436,7 @@ impl Device {
         } else if was == 0 {
             self.send_keepalive(now, pid);
         }
+        self.peers.settle();
     }
 
     pub fn add_allowed_ip(
@@ -431,13 +447,10 @@ impl Device {
     ) -> Result<(), InvalidPrefix> {
         let old = self.allowed.insert(addr, prefix, pid)?;
         if old != Some(pid) {
-            if let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) {
+            if let Some(p) = self.peers.get_mut_untimed(pid) {
                 p.allowed_prefixes += 1;
             }
-            if let Some(p) = old
-                .and_then(|o| self.peers.get_mut(o))
-                .and_then(Option::as_mut)
-            {
+            if let Some(p) = old.and_then(|o| self.peers.get_mut_untimed(o)) {
                 p.allowed_prefixes = p.allowed_prefixes.saturating_sub(1);
             }
         }
@@ -445,7 +458,7 @@ impl Device {
     }
 
     pub fn clear_allowed_ips(&mut self, pid: PeerId) {
-        let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) else {
+        let Some(p) = self.peers.get_mut_untimed(pid) else {
             return;
         };
         // Linear in the table: only when the peer has prefixes to lose.
@@ -503,22 +516,18 @@ impl Device {
 
     // ----- time -----
 
-    /// When `handle_timeout` must run next.
+    /// When `handle_timeout` must run next: the earliest of every peer's
+    /// deadline, read in O(1) from the schedule (see `deadlines`).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers
-            .iter()
-            .flatten()
-            .flat_map(|p| {
-                let shaper = p.rate_limit.as_ref().and_then(|r| r.next_release());
-                [p.timers.next(), p.reorder.poll_timeout(), shaper]
-            })
-            .flatten()
-            .min()
+        self.peers.next_deadline()
     }
 
-    /// Fires every timer that is due.
+    /// Fires every timer that is due: only the peers whose deadline has
+    /// come are visited, however many others there are.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for pid in 0..self.peers.len() {
+        let mut due = std::mem::take(&mut self.scratch_due);
+        self.peers.take_due(now, &mut due);
+        for &pid in &due {
             self.schedule_shaped(now, pid);
             let Some(p) = self.peers[pid].as_mut() else {
                 continue;
@@ -537,6 +546,9 @@ impl Device {
                 self.fire(now, pid, t);
             }
         }
+        due.clear();
+        self.scratch_due = due;
+        self.peers.settle();
     }
 
     fn fire(&mut self, now: Instant, pid: PeerId, timer: Timer) {
@@ -583,8 +595,10 @@ impl Device {
     // ----- internals shared by send and receive -----
 
     fn reorder_ready_add(&mut self, pid: PeerId) {
-        if !self.reorder_ready.contains(&pid) {
-            self.reorder_ready.push(pid);
+        if let Some(p) = self.peers[pid].as_mut() {
+            if !std::mem::replace(&mut p.ready_queued, true) {
+                self.reorder_ready.push(pid);
+            }
         }
     }
 
@@ -598,6 +612,7 @@ impl Device {
                 self.reorder_ready.pop();
                 continue;
             };
+            p.ready_queued = false;
             while !out.is_full() {
                 let Some(packet) = p.reorder.pop_ready() else {
                     break;
@@ -616,10 +631,13 @@ impl Device {
             }
             let shaped_due = rate::release_inbound(p, now, out);
             if out.is_full() && (p.reorder.ready_packets() > 0 || shaped_due) {
+                p.ready_queued = true;
+                self.peers.settle();
                 return true;
             }
             self.reorder_ready.pop();
         }
+        self.peers.settle();
         false
     }
 
@@ -640,14 +658,13 @@ impl Device {
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;
         p.reorder_retired = [None; 2];
+        self.peers.settle();
     }
 
     fn recompute_static(&mut self, pid: PeerId) {
-        let (Some(local), Some(p)) = (&self.local, self.peers[pid].as_mut()) else {
-            return;
-        };
-        let psk = p.remote.preshared;
-        p.remote = RemoteStatic::new(local, p.remote.public, psk);
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.forget_static_static();
+        }
     }
 
     /// Drops every session and the pending handshake of a peer.
@@ -740,6 +757,7 @@ impl Device {
                 self.forget_sessions(pid);
             }
         }
+        self.peers.settle();
     }
 
     /// The wall-clock time at `now`: the driver's last word on it

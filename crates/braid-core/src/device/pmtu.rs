@@ -120,12 +120,16 @@ impl Device {
         }
     }
 
-    /// Every path with its line, so the I/O layer can tell each path's
-    /// discovery the MTU of the line it leaves on.
-    pub fn path_routes(&self) -> Vec<PathRoute> {
+    /// Every path of the braid peers that have a session, with its line,
+    /// so the I/O layer can tell each path's discovery the MTU of the line
+    /// it leaves on (discovery runs only there: idle peers cost nothing).
+    pub fn path_routes(&mut self) -> Vec<PathRoute> {
+        self.peers.settle();
         let mut v = Vec::new();
-        for pid in self.peer_ids() {
-            let p = self.peers[pid].as_ref().expect("listed peer");
+        for &pid in self.peers.with_session() {
+            let Some(p) = self.peers.get(pid).filter(|p| p.speaks_braid()) else {
+                continue;
+            };
             for (i, path) in p.paths.iter().enumerate() {
                 v.push(PathRoute {
                     pid,
@@ -149,6 +153,7 @@ impl Device {
         };
         path.pmtu
             .set_max(now, max_for_link(link_mtu, route.remote.is_ipv6()));
+        self.peers.settle();
     }
 
     /// Caps WireGuard's padding at `mtu` (the path MTU target): a packet
@@ -162,37 +167,14 @@ impl Device {
         self.mtu.min(self.padding_cap)
     }
 
-    /// The tunnel MTU of one peer now: for a braid peer the smallest
-    /// discovered size over its live paths (over all of them when none is
-    /// live), for a stock WireGuard peer with a session `default` (nothing
-    /// is discovered there); `None` when the peer says nothing yet.
-    fn peer_path_mtu(p: &crate::peer::Peer, default: usize) -> Option<usize> {
-        if p.speaks_braid() {
-            // With every path down, what they carried last still holds
-            // (no flapping back to the default while a line is cut).
-            let any_up = p.paths.iter().any(|path| path.is_up());
-            p.paths
-                .iter()
-                .filter(|path| path.is_up() || !any_up)
-                .map(|path| path.pmtu.plpmtu())
-                .min()
-        } else if p.keypairs.current.is_some() {
-            Some(default)
-        } else {
-            None
-        }
-    }
-
     /// The tunnel MTU every peer can take now: the smallest of the peers'
-    /// (see [`refresh_path_mtus`](Self::refresh_path_mtus) for the
-    /// interface MTU braid uses); `default` when no peer says anything.
+    /// (for a braid peer the smallest discovered size over its live paths,
+    /// over all of them when none is live; for a stock WireGuard peer with
+    /// a session `default`), `default` when no peer says anything. See
+    /// [`refresh_path_mtus`](Self::refresh_path_mtus) for the interface
+    /// MTU braid uses.
     pub fn path_mtu_target(&self, default: usize) -> usize {
-        self.peers
-            .iter()
-            .flatten()
-            .filter_map(|p| Self::peer_path_mtu(p, default))
-            .min()
-            .unwrap_or(default)
+        self.peers.path_mtu_target(default)
     }
 
     /// The interface MTU: the largest any peer's paths carry now (`default`
@@ -201,19 +183,11 @@ impl Device {
     /// big" (see [`take_too_big`](Self::take_too_big)) and not sent, as a
     /// router does for a route with a smaller MTU. So one peer with a poor
     /// path, or one that ignores path MTU probes, lowers only its own
-    /// packets, not the interface for every peer.
+    /// packets, not the interface for every peer. What each peer says is
+    /// counted as it changes, so this costs O(log n), not a walk of the
+    /// peers (the daemon asks ten times a second).
     pub fn refresh_path_mtus(&mut self, default: usize) -> usize {
-        let interface = self
-            .peers
-            .iter()
-            .flatten()
-            .filter_map(|p| Self::peer_path_mtu(p, default))
-            .max()
-            .unwrap_or(default);
-        for p in self.peers.iter_mut().flatten() {
-            p.mtu_limit = Self::peer_path_mtu(p, default).filter(|&m| m < interface);
-        }
-        interface
+        self.peers.refresh_path_mtus(default)
     }
 
     /// Queues the ICMP "too big" answer to `packet` (for a peer whose paths

@@ -114,6 +114,7 @@ impl Device {
                 }
             }
         }
+        self.peers.settle();
     }
 
     /// The second half of `decapsulate`: every opened data message is
@@ -143,6 +144,7 @@ impl Device {
                 None => batch.consume(i),
             }
         }
+        self.peers.settle();
     }
 
     /// Finds the session of a data message and pre-checks its counter.

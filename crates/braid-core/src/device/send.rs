@@ -134,6 +134,7 @@ impl Device {
             }
             self.after_data_sent(now, pid, datagram_len);
         }
+        self.peers.settle();
     }
 
     /// Timers and counters after a data message left; may start a rekey.
@@ -164,8 +165,10 @@ impl Device {
     /// Remembers that a peer's staged packets should go out once possible
     /// and starts a handshake if there is no usable session.
     pub(super) fn schedule_flush(&mut self, pid: PeerId) {
-        if !self.pending_flush.contains(&pid) {
-            self.pending_flush.push(pid);
+        if let Some(p) = self.peers[pid].as_mut() {
+            if !std::mem::replace(&mut p.flush_queued, true) {
+                self.pending_flush.push(pid);
+            }
         }
     }
 
@@ -228,6 +231,9 @@ impl Device {
                 self.pending_flush.pop();
                 continue;
             };
+            // Off the list while it is worked on; back on if the batch
+            // fills first.
+            p.flush_queued = false;
             let usable = p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
             if !usable || p.paths.is_empty() {
                 // No session yet: the handshake (if any can be sent) brings
@@ -276,10 +282,15 @@ impl Device {
                 self.after_data_sent(now, pid, sent);
             }
             if out.is_full() {
+                if let Some(p) = self.peers[pid].as_mut() {
+                    p.flush_queued = true;
+                }
+                self.peers.settle();
                 return true;
             }
             self.pending_flush.pop();
         }
+        self.peers.settle();
         !self.control.is_empty() || self.has_pmtu_probes() || self.has_resends()
     }
 }

@@ -4,13 +4,14 @@
 //! these fields.
 
 use super::jobs::CryptoJobs;
+use super::table::PeerTable;
 use crate::allowed_ips::AllowedIps;
 use crate::cipher::CipherPolicy;
 use crate::cookie::CookieChecker;
 use crate::ext::PmtuBody;
 use crate::messages::INITIATION_LEN;
 use crate::noise::LocalStatic;
-use crate::peer::{Peer, PeerId};
+use crate::peer::PeerId;
 use crate::ratelimiter::SourceRateLimiter;
 use rand_core::RngCore;
 use std::collections::{HashMap, VecDeque};
@@ -88,9 +89,7 @@ pub(super) struct QueuedResend {
 pub struct Device {
     pub(super) local: Option<LocalStatic>,
     pub(super) checker: Option<CookieChecker>,
-    pub(super) peers: Vec<Option<Peer>>,
-    /// Slots of `peers` a removed peer left empty, reused first.
-    pub(super) free_peer_slots: Vec<PeerId>,
+    pub(super) peers: PeerTable,
     pub(super) by_key: HashMap<[u8; 32], PeerId>,
     pub(super) peer_limit: usize,
     pub(super) allowed: AllowedIps<PeerId>,
@@ -115,10 +114,14 @@ pub struct Device {
     /// waiting, the rest are buffers kept for reuse.
     pub(super) too_big: Vec<Vec<u8>>,
     pub(super) too_big_len: usize,
-    /// Peers with staged packets that may now be sendable.
+    /// Peers with staged packets that may now be sendable (each once:
+    /// `Peer::flush_queued`).
     pub(super) pending_flush: Vec<PeerId>,
-    /// Peers whose reorder window has packets ready for the TUN.
+    /// Peers whose reorder window has packets ready for the TUN (each
+    /// once: `Peer::ready_queued`).
     pub(super) reorder_ready: Vec<PeerId>,
+    /// The peers `handle_timeout` found due, reused call to call.
+    pub(super) scratch_due: Vec<PeerId>,
     pub(super) handshake_window: (Instant, u32),
     /// Handshakes the batch being received may still spend DH work on.
     pub(super) handshake_budget: u32,

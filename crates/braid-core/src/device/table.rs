@@ -1,0 +1,318 @@
+//! The device's peers, and what it keeps about them so that no call has to
+//! walk all of them: each peer's next deadline (a [`DeadlineQueue`]), the
+//! peers that have a session, and how many peers' paths carry what MTU.
+//!
+//! Every change to a peer goes through `table[pid]` as a place to write
+//! (`IndexMut`), which notes the peer as touched; the device brings the
+//! bookkeeping of the touched peers up to date after each call
+//! ([`PeerTable::settle`]), so its cost is per peer worked on, never per
+//! peer known. Reads (`Index`) note nothing.
+
+use crate::deadlines::DeadlineQueue;
+use crate::peer::{Peer, PeerId};
+use std::collections::BTreeMap;
+use std::ops::{Index, IndexMut};
+use std::time::Instant;
+
+/// What a peer says about the tunnel MTU it can take (see
+/// `Device::refresh_path_mtus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum PathMtuSays {
+    /// Nothing yet: no session.
+    #[default]
+    Nothing,
+    /// A stock WireGuard peer with a session: the interface's default.
+    Default,
+    /// A braid peer: what discovery found on its paths.
+    Discovered(usize),
+}
+
+impl PathMtuSays {
+    fn of(p: &Peer) -> PathMtuSays {
+        if p.speaks_braid() {
+            // With every path down, what they carried last still holds
+            // (no flapping back to the default while a line is cut).
+            let any_up = p.paths.iter().any(|path| path.is_up());
+            p.paths
+                .iter()
+                .filter(|path| path.is_up() || !any_up)
+                .map(|path| path.pmtu.plpmtu())
+                .min()
+                .map_or(PathMtuSays::Nothing, PathMtuSays::Discovered)
+        } else if p.keypairs.current.is_some() {
+            PathMtuSays::Default
+        } else {
+            PathMtuSays::Nothing
+        }
+    }
+
+    pub(super) fn value(self, default: usize) -> Option<usize> {
+        match self {
+            PathMtuSays::Nothing => None,
+            PathMtuSays::Default => Some(default),
+            PathMtuSays::Discovered(mtu) => Some(mtu),
+        }
+    }
+}
+
+/// How many peers say which MTU: the interface MTU is the largest, the
+/// target every peer takes the smallest, each in O(log n).
+#[derive(Debug, Default)]
+struct MtuCensus {
+    discovered: BTreeMap<usize, u32>,
+    defaults: u32,
+}
+
+impl MtuCensus {
+    fn add(&mut self, says: PathMtuSays) {
+        match says {
+            PathMtuSays::Nothing => {}
+            PathMtuSays::Default => self.defaults += 1,
+            PathMtuSays::Discovered(mtu) => *self.discovered.entry(mtu).or_default() += 1,
+        }
+    }
+
+    fn remove(&mut self, says: PathMtuSays) {
+        match says {
+            PathMtuSays::Nothing => {}
+            PathMtuSays::Default => self.defaults -= 1,
+            PathMtuSays::Discovered(mtu) => {
+                let n = self.discovered.get_mut(&mtu).expect("counted when added");
+                *n -= 1;
+                if *n == 0 {
+                    self.discovered.remove(&mtu);
+                }
+            }
+        }
+    }
+
+    /// The largest MTU any peer says (`default` for stock peers); `None`
+    /// when no peer says anything.
+    fn largest(&self, default: usize) -> Option<usize> {
+        let discovered = self.discovered.last_key_value().map(|(&m, _)| m);
+        let stock = (self.defaults > 0).then_some(default);
+        discovered.max(stock)
+    }
+
+    fn smallest(&self, default: usize) -> Option<usize> {
+        let discovered = self.discovered.first_key_value().map(|(&m, _)| m);
+        let stock = (self.defaults > 0).then_some(default);
+        match (discovered, stock) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// The peers by id, with their schedule; see the module documentation.
+#[derive(Default)]
+pub struct PeerTable {
+    slots: Vec<Option<Peer>>,
+    /// Slots a removed peer left empty, reused first.
+    free: Vec<PeerId>,
+    /// Peers changed since the last [`settle`](Self::settle), once each.
+    touched: Vec<PeerId>,
+    is_touched: Vec<bool>,
+    /// Each peer's next deadline.
+    deadlines: DeadlineQueue,
+    /// Peers with a session (in any order), and where each is in it.
+    with_session: Vec<PeerId>,
+    session_position: Vec<Option<u32>>,
+    /// What each peer says about the MTU, as last counted, and the count.
+    mtu_says: Vec<PathMtuSays>,
+    census: MtuCensus,
+    /// The MTU the last refresh gave the interface, and the default it
+    /// used: peers whose paths carry less get `mtu_limit`.
+    interface_mtu: Option<(usize, usize)>,
+    /// Peers whose deadlines `handle_timeout` took out, ever.
+    pub(super) woken: u64,
+}
+
+impl Index<PeerId> for PeerTable {
+    type Output = Option<Peer>;
+
+    fn index(&self, pid: PeerId) -> &Option<Peer> {
+        &self.slots[pid]
+    }
+}
+
+impl IndexMut<PeerId> for PeerTable {
+    /// The peer as a place to change: noted as touched, so its deadline
+    /// and the rest are brought up to date at the next `settle`.
+    fn index_mut(&mut self, pid: PeerId) -> &mut Option<Peer> {
+        self.touch(pid);
+        &mut self.slots[pid]
+    }
+}
+
+impl PeerTable {
+    fn touch(&mut self, pid: PeerId) {
+        if !self.is_touched[pid] {
+            self.is_touched[pid] = true;
+            self.touched.push(pid);
+        }
+    }
+
+    /// Slots, taken or free (peer ids are below this).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn get(&self, pid: PeerId) -> Option<&Peer> {
+        self.slots.get(pid).and_then(Option::as_ref)
+    }
+
+    /// The peer for a change that moves no deadline, session or path
+    /// (its AllowedIPs count): nothing is noted as touched.
+    pub fn get_mut_untimed(&mut self, pid: PeerId) -> Option<&mut Peer> {
+        self.slots.get_mut(pid).and_then(Option::as_mut)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Option<Peer>> {
+        self.slots.iter()
+    }
+
+    /// Every peer for a change that moves no deadline and no session (the
+    /// reorder windows' packet size): nothing is noted as touched.
+    pub fn iter_mut_untimed(&mut self) -> impl Iterator<Item = &mut Peer> {
+        self.slots.iter_mut().flatten()
+    }
+
+    /// Puts `peer` in a free slot (or a new one) and returns its id.
+    pub fn insert(&mut self, peer: Peer) -> PeerId {
+        let pid = match self.free.pop() {
+            Some(free) => free,
+            None => {
+                self.slots.push(None);
+                self.is_touched.push(false);
+                self.session_position.push(None);
+                self.mtu_says.push(PathMtuSays::Nothing);
+                self.slots.len() - 1
+            }
+        };
+        self[pid] = Some(peer);
+        pid
+    }
+
+    /// Empties the slot of `pid` for reuse.
+    pub fn remove(&mut self, pid: PeerId) -> Option<Peer> {
+        let peer = self[pid].take()?;
+        self.free.push(pid);
+        Some(peer)
+    }
+
+    /// Peers that have a session now (next, current or previous), as of
+    /// the last [`settle`](Self::settle): the only ones whose paths carry
+    /// anything, in no particular order.
+    pub fn with_session(&self) -> &[PeerId] {
+        &self.with_session
+    }
+
+    /// The earliest deadline of all peers, those changed since the last
+    /// `settle` included.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let touched = self
+            .touched
+            .iter()
+            .filter_map(|&pid| self.slots[pid].as_ref().and_then(deadline_of));
+        self.deadlines.next().into_iter().chain(touched).min()
+    }
+
+    /// Takes every peer due at `now` out of the schedule into `due`
+    /// (after bringing the touched ones up to date); `settle` puts them
+    /// back with their next deadline once they have fired.
+    pub fn take_due(&mut self, now: Instant, due: &mut Vec<PeerId>) {
+        self.settle();
+        while let Some(pid) = self.deadlines.pop_due(now) {
+            due.push(pid);
+            // Firing may leave its deadlines where they were: it is
+            // scheduled again at the next settle either way.
+            self.touch(pid);
+        }
+        self.woken = self.woken.saturating_add(due.len() as u64);
+    }
+
+    /// Brings the schedule, the session list and the MTU census up to
+    /// date for every peer touched since the last call.
+    pub fn settle(&mut self) {
+        while let Some(pid) = self.touched.pop() {
+            self.is_touched[pid] = false;
+            let peer = self.slots[pid].as_ref();
+            let (deadline, session) = (peer.and_then(deadline_of), peer.is_some_and(has_session));
+            let says = peer.map_or(PathMtuSays::Nothing, PathMtuSays::of);
+            self.deadlines.set(pid, deadline);
+            self.set_has_session(pid, session);
+            if says != self.mtu_says[pid] {
+                self.census.remove(self.mtu_says[pid]);
+                self.census.add(says);
+                self.mtu_says[pid] = says;
+            }
+            let limit = self.mtu_limit_of(says);
+            if let Some(p) = self.slots[pid].as_mut() {
+                p.mtu_limit = limit;
+            }
+        }
+    }
+
+    fn mtu_limit_of(&self, says: PathMtuSays) -> Option<usize> {
+        let (interface, default) = self.interface_mtu?;
+        says.value(default).filter(|&m| m < interface)
+    }
+
+    fn set_has_session(&mut self, pid: PeerId, has: bool) {
+        match (self.session_position[pid], has) {
+            (None, true) => {
+                self.session_position[pid] = Some(self.with_session.len() as u32);
+                self.with_session.push(pid);
+            }
+            (Some(i), false) => {
+                self.with_session.swap_remove(i as usize);
+                if let Some(&moved) = self.with_session.get(i as usize) {
+                    self.session_position[moved] = Some(i);
+                }
+                self.session_position[pid] = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The interface MTU for `default` (the largest any peer's paths
+    /// carry), and every peer whose paths carry less gets that as its
+    /// `mtu_limit`. Walks the peers with a session only when the
+    /// interface MTU changed.
+    pub fn refresh_path_mtus(&mut self, default: usize) -> usize {
+        self.settle();
+        let interface = self.census.largest(default).unwrap_or(default);
+        if self.interface_mtu != Some((interface, default)) {
+            self.interface_mtu = Some((interface, default));
+            for i in 0..self.with_session.len() {
+                let pid = self.with_session[i];
+                let limit = self.mtu_limit_of(self.mtu_says[pid]);
+                if let Some(p) = self.slots[pid].as_mut() {
+                    p.mtu_limit = limit;
+                }
+            }
+        }
+        interface
+    }
+
+    /// The smallest MTU any peer's paths carry (`default` for stock peers
+    /// and when no peer says anything).
+    pub fn path_mtu_target(&self, default: usize) -> usize {
+        self.census.smallest(default).unwrap_or(default)
+    }
+}
+
+/// When a peer's next timer, reorder expiry or rate-limited release is due.
+fn deadline_of(p: &Peer) -> Option<Instant> {
+    let shaper = p.rate_limit.as_ref().and_then(|r| r.next_release());
+    [p.timers.next(), p.reorder.poll_timeout(), shaper]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+fn has_session(p: &Peer) -> bool {
+    let k = &p.keypairs;
+    k.current.is_some() || k.next.is_some() || k.previous.is_some()
+}
