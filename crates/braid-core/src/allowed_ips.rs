@@ -146,15 +146,32 @@ impl<T: Copy + Eq> AllowedIps<T> {
     where
         T: std::hash::Hash,
     {
+        self.entries_by_value_where(|_| true)
+    }
+
+    /// [`entries_by_value`](Self::entries_by_value) for the values `keep`
+    /// accepts only: one walk of the table, groups only for those (a
+    /// listing in parts asks for one range of peers at a time).
+    pub fn entries_by_value_where(
+        &self,
+        keep: impl Fn(T) -> bool,
+    ) -> std::collections::HashMap<T, Vec<(IpAddr, u8)>>
+    where
+        T: std::hash::Hash,
+    {
         let mut by = std::collections::HashMap::<T, Vec<(IpAddr, u8)>>::new();
         self.v4.for_each(&mut |key, prefix, value| {
-            let addr = IpAddr::V4(Ipv4Addr::from(v4_from_key(key)));
-            by.entry(value).or_default().push((addr, prefix));
+            if keep(value) {
+                let addr = IpAddr::V4(Ipv4Addr::from(v4_from_key(key)));
+                by.entry(value).or_default().push((addr, prefix));
+            }
         });
         self.v6.for_each(&mut |key, prefix, value| {
-            by.entry(value)
-                .or_default()
-                .push((IpAddr::V6(Ipv6Addr::from(key)), prefix));
+            if keep(value) {
+                by.entry(value)
+                    .or_default()
+                    .push((IpAddr::V6(Ipv6Addr::from(key)), prefix));
+            }
         });
         by
     }

@@ -326,7 +326,9 @@ impl PathState {
             highest: None,
             pass: None,
             slack: DecayingMax::new(Duration::ZERO),
-            frontier: VecDeque::with_capacity(FRONTIER_LEN),
+            // Allocated when the path first carries data: a peer that never
+            // speaks costs no samples (it grows to FRONTIER_LEN and stays).
+            frontier: VecDeque::new(),
         }
     }
 
@@ -514,7 +516,8 @@ impl ReorderWindow {
             passed: 0,
             skew: Duration::ZERO,
             lateness: DecayingMax::new(INITIAL_LATENESS),
-            given_up: VecDeque::with_capacity(GIVEN_UP_LEN),
+            // Allocated at the first gap given up, not for every peer.
+            given_up: VecDeque::new(),
             repair_wait: None,
             repair: None,
             repair_request: None,

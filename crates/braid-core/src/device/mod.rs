@@ -339,6 +339,12 @@ impl Device {
         }
     }
 
+    /// How many peers the device holds at most (`MAX_PEERS` unless a test
+    /// lowered it): a configuration that would go beyond is refused whole.
+    pub fn peer_limit(&self) -> usize {
+        self.peer_limit
+    }
+
     /// Test knob (feature `testing`): holds at most `limit` peers (never
     /// more than `MAX_PEERS`); peers already there stay.
     #[cfg(feature = "testing")]
@@ -486,6 +492,22 @@ impl Device {
                 Some((pid, Self::info_of(p, ips)))
             })
             .collect()
+    }
+
+    /// The AllowedIPs of the peers with ids in `ids`, by peer, from one
+    /// walk of the table: a listing of every peer in parts (a streamed
+    /// `get`) walks it once per part, not once per peer.
+    pub fn allowed_ips_of_range(
+        &self,
+        ids: std::ops::Range<PeerId>,
+    ) -> HashMap<PeerId, Vec<(IpAddr, u8)>> {
+        self.allowed
+            .entries_by_value_where(|pid| ids.contains(&pid))
+    }
+
+    /// Peer ids are below this (slots, taken or free).
+    pub fn peer_id_bound(&self) -> PeerId {
+        self.peers.len()
     }
 
     fn info_of(p: &Peer, allowed_ips: Vec<(IpAddr, u8)>) -> PeerInfo {
