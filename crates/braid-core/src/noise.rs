@@ -285,7 +285,7 @@ pub fn consume_initiation(
 /// Writes the response (without macs) to a received initiation and returns
 /// the responder's transport keys; `Err` (nothing written) for a low-order
 /// key, which [`consume_initiation`] has already refused for any initiation
-/// it let through.
+/// it let through. [`response_dh`] then [`finish_response`], in one call.
 pub fn create_response(
     received: &ReceivedInitiation,
     remote: &RemoteStatic,
@@ -293,18 +293,60 @@ pub fn create_response(
     local_index: u32,
     out: &mut [u8; messages::RESPONSE_LEN],
 ) -> Result<SessionKeys, AuthError> {
-    let e_pub = PublicKey::from(&ephemeral).to_bytes();
+    debug_assert_eq!(remote.public, received.peer_public);
+    let dh = response_dh(received, &ephemeral)?;
+    finish_response(received, dh, &remote.preshared, local_index, out)
+}
+
+/// The responder's Diffie-Hellman work on a received initiation (the
+/// ephemeral's public key, DH with the initiator's ephemeral and static
+/// keys): everything before the preshared key, so a responder can do it
+/// without knowing the peer yet, away from its device lock.
+pub struct ResponseDh {
+    chaining_key: Hash,
+    hash: Hash,
+    ephemeral_public: [u8; 32],
+}
+
+impl Drop for ResponseDh {
+    fn drop(&mut self) {
+        self.chaining_key.zeroize();
+    }
+}
+
+/// The first half of [`create_response`]: three scalar multiplications.
+pub fn response_dh(
+    received: &ReceivedInitiation,
+    ephemeral: &StaticSecret,
+) -> Result<ResponseDh, AuthError> {
+    let e_pub = PublicKey::from(ephemeral).to_bytes();
     let ck = kdf1(&received.chaining_key, &e_pub);
     let h = hash(&[&received.hash, &e_pub]);
-    let ck = kdf1(&ck, &dh(&ephemeral, &received.remote_ephemeral)?);
-    let ck = kdf1(&ck, &dh(&ephemeral, &remote.public)?);
-    let (ck, tau, k) = kdf3(&ck, &remote.preshared);
-    let h = hash(&[&h, &tau]);
+    let ck = kdf1(&ck, &dh(ephemeral, &received.remote_ephemeral)?);
+    let ck = kdf1(&ck, &dh(ephemeral, &received.peer_public)?);
+    Ok(ResponseDh {
+        chaining_key: ck,
+        hash: h,
+        ephemeral_public: e_pub,
+    })
+}
+
+/// The second half of [`create_response`]: the preshared key, the
+/// response message and the keys (hashes only, no DH).
+pub fn finish_response(
+    received: &ReceivedInitiation,
+    dh: ResponseDh,
+    preshared: &[u8; 32],
+    local_index: u32,
+    out: &mut [u8; messages::RESPONSE_LEN],
+) -> Result<SessionKeys, AuthError> {
+    let (ck, tau, k) = kdf3(&dh.chaining_key, preshared);
+    let h = hash(&[&dh.hash, &tau]);
 
     messages::write_header(out, messages::TYPE_RESPONSE);
     out[rsp::SENDER..rsp::SENDER + 4].copy_from_slice(&local_index.to_le_bytes());
     out[rsp::RECEIVER..rsp::RECEIVER + 4].copy_from_slice(&received.remote_index.to_le_bytes());
-    out[rsp::EPHEMERAL..rsp::EPHEMERAL + 32].copy_from_slice(&e_pub);
+    out[rsp::EPHEMERAL..rsp::EPHEMERAL + 32].copy_from_slice(&dh.ephemeral_public);
     crypto::seal(
         &k,
         0,

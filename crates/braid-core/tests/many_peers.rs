@@ -124,3 +124,65 @@ fn idle_peers_are_never_woken() {
     assert_eq!(delivered_alone, 2 * 600);
     assert_eq!(scheduled, 1);
 }
+
+/// A batch of initiations from several peers: their DH work done in parts
+/// on threads of their own (as the daemon does on every core), outside the
+/// device, gives every peer its session, as one thread does.
+#[test]
+fn initiations_answered_in_parts_on_threads_all_complete() {
+    use braid_core::batch::PacketBatch;
+    use braid_core::device::CryptoJobs;
+    use braid_core::testing::{clock, device, ipv4, receive, transmit};
+    use std::net::SocketAddr;
+    const PEERS: u8 = 7;
+    let now = clock::epoch();
+    let server_addr: SocketAddr = "198.18.0.1:51820".parse().unwrap();
+    let mut server = device(1);
+    let server_key = server.public_key().unwrap();
+    let mut clients: Vec<_> = (0..PEERS).map(|n| device(n + 2)).collect();
+    let mut batch = PacketBatch::new(64, 2048);
+    for (n, client) in clients.iter_mut().enumerate() {
+        let at_client = client.add_peer(server_key).unwrap();
+        client.set_endpoint(at_client, server_addr);
+        client.add_allowed_ip(at_client, addr(0), 32).unwrap();
+        let at_server = server.add_peer(client.public_key().unwrap()).unwrap();
+        server
+            .add_allowed_ip(at_server, addr(1 + n as u32), 32)
+            .unwrap();
+        // A packet for the server starts the client's handshake.
+        let packet = ipv4([198, 19, 0, 2 + n as u8], [198, 19, 0, 0], 17, b"hello");
+        let mut out = PacketBatch::new(1, 2048);
+        out.push_with(braid_core::batch::HEADROOM, server_addr, |b| {
+            b[..packet.len()].copy_from_slice(&packet);
+            packet.len()
+        });
+        client.encapsulate(now, &mut out);
+        let sent = transmit(client, now);
+        assert_eq!(sent.len(), 1, "one initiation from client {n}");
+        let from: SocketAddr = format!("198.18.1.{}:51820", n + 2).parse().unwrap();
+        batch.push_with(0, from, |b| {
+            b[..sent[0].len()].copy_from_slice(&sent[0]);
+            sent[0].len()
+        });
+    }
+    let mut jobs = CryptoJobs::new();
+    server.prepare_decapsulate(now, &mut batch, &mut jobs);
+    assert_eq!(jobs.initiations(), usize::from(PEERS));
+    std::thread::scope(|s| {
+        for part in jobs.initiation_parts(3) {
+            s.spawn(move || part.run());
+        }
+    });
+    server.finish_decapsulate(now, &mut batch, &mut jobs);
+    let responses = transmit(&mut server, now);
+    assert_eq!(responses.len(), usize::from(PEERS), "one response each");
+    for (n, client) in clients.iter_mut().enumerate() {
+        let replies: Vec<(SocketAddr, &[u8])> = responses
+            .iter()
+            .map(|r| (server_addr, r.as_slice()))
+            .collect();
+        receive(client, now, &replies);
+        let info = client.peer_info(0).unwrap();
+        assert_eq!(info.counters.handshakes_completed, 1, "client {n}");
+    }
+}

@@ -1,5 +1,6 @@
 //! Handshake messages in and out: initiation, response, cookie reply.
 
+use super::jobs::CryptoJobs;
 use super::state::{Device, IndexEntry};
 use crate::consts::INITIATIONS_PER_SECOND;
 use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};
@@ -134,24 +135,52 @@ impl Device {
         Admission::Proceed
     }
 
-    pub(super) fn receive_initiation(
+    /// An initiation arrived: once the checks that need the
+    /// device pass (macs, cookies under load, rate limits, the batch's
+    /// budget), its DH work becomes a job (see `jobs`), done without the
+    /// device; [`finish_initiations`](Self::finish_initiations) answers it.
+    pub(super) fn prepare_initiation(
         &mut self,
         now: Instant,
-        line: u16,
-        src: SocketAddr,
+        (line, src): (u16, SocketAddr),
         msg: &[u8; INITIATION_LEN],
+        jobs: &mut CryptoJobs,
     ) {
         let sender = messages::read_u32(msg, messages::initiation::SENDER);
         if let Admission::Drop = self.admit(now, msg, line, src, sender) {
             return;
         }
-        let Some(local) = self.local.as_ref() else {
+        let Some(local) = self.local.clone() else {
             return;
         };
-        let Ok(received) = noise::consume_initiation(local, msg) else {
-            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
-            return;
-        };
+        let ephemeral = StaticSecret::from(self.random_bytes::<32>());
+        jobs.push_initiation((line, src), msg, &local, ephemeral);
+    }
+
+    /// Answers the initiations whose DH work `jobs` did: the peer by the
+    /// key the initiation carried, its replay and flood checks, a new
+    /// session and the response.
+    pub(super) fn finish_initiations(&mut self, now: Instant, jobs: &mut CryptoJobs) {
+        for job in jobs.initiations_mut() {
+            let (line, src) = (job.line, job.src);
+            match job.outcome.take() {
+                Some(Ok((received, dh))) => self.answer_initiation(now, line, src, received, dh),
+                Some(Err(())) | None => {
+                    self.counters.handshake_rejected =
+                        self.counters.handshake_rejected.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    fn answer_initiation(
+        &mut self,
+        now: Instant,
+        line: u16,
+        src: SocketAddr,
+        received: noise::ReceivedInitiation,
+        dh: noise::ResponseDh,
+    ) {
         let Some(pid) = self.find_peer(&received.peer_public) else {
             self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
@@ -172,13 +201,12 @@ impl Device {
 
         let index = self.new_index(IndexEntry::Session(pid));
         let offer_aes = self.offers_aes(pid);
-        let ephemeral = StaticSecret::from(self.random_bytes::<32>());
         let p = self.peers[pid].as_mut().expect("indexed peer exists");
         let mut response = [0u8; RESPONSE_LEN];
         let Ok(keys) =
-            noise::create_response(&received, &p.remote, ephemeral, index, &mut response)
+            noise::finish_response(&received, dh, &p.remote.preshared, index, &mut response)
         else {
-            // Not reached: consume_initiation refused low-order keys already.
+            // Not reached: hashes only, nothing that can fail.
             self.indices.remove(&index);
             self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
@@ -199,7 +227,7 @@ impl Device {
             dropped.push(ours.local_index);
         }
         p.keypairs.install(kp, &mut dropped);
-        p.authenticated_rx(now, line, src, msg.len());
+        p.authenticated_rx(now, line, src, INITIATION_LEN);
         p.counters.handshake_responses_sent = p.counters.handshake_responses_sent.saturating_add(1);
         p.on_session_derived(now);
         p.on_authenticated_received();

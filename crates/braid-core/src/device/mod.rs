@@ -51,7 +51,7 @@ mod send;
 mod state;
 mod table;
 
-pub use jobs::{CryptoJobs, CryptoPart};
+pub use jobs::{CryptoJobs, CryptoPart, InitiationPart};
 pub use pmtu::PathRoute;
 pub use state::{Device, DeviceCounters};
 
@@ -188,7 +188,7 @@ impl Device {
         if private.is_some() && private == self.private_key() {
             return;
         }
-        self.local = private.map(LocalStatic::new);
+        self.local = private.map(|k| std::sync::Arc::new(LocalStatic::new(k)));
         self.checker = self.local.as_ref().map(|l| CookieChecker::new(&l.public));
         // A peer can't be ourselves.
         if let Some(own) = self.public_key() {

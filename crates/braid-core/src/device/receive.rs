@@ -62,7 +62,7 @@ impl Device {
         let mut jobs = std::mem::take(&mut self.scratch_jobs);
         self.prepare_decapsulate(now, batch, &mut jobs);
         jobs.open(batch);
-        self.finish_decapsulate(now, batch, &jobs);
+        self.finish_decapsulate(now, batch, &mut jobs);
         self.scratch_jobs = jobs;
     }
 
@@ -90,7 +90,7 @@ impl Device {
                 },
                 Some(Kind::Initiation) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
-                    self.receive_initiation(now, line, src, msg);
+                    self.prepare_initiation(now, (line, src), msg, jobs);
                     batch.consume(i);
                 }
                 Some(Kind::Response) => {
@@ -120,7 +120,13 @@ impl Device {
     /// The second half of `decapsulate`: every opened data message is
     /// checked against the replay window, counted, routed through the
     /// reorder window, and left in its slot as an IP packet or consumed.
-    pub fn finish_decapsulate(&mut self, now: Instant, batch: &mut PacketBatch, jobs: &CryptoJobs) {
+    pub fn finish_decapsulate(
+        &mut self,
+        now: Instant,
+        batch: &mut PacketBatch,
+        jobs: &mut CryptoJobs,
+    ) {
+        self.finish_initiations(now, jobs);
         for job in jobs.jobs() {
             let i = job.slot;
             let (src, line, offset) = (batch.addr(i), batch.line(i), batch.offset(i));

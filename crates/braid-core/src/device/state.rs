@@ -87,7 +87,8 @@ pub(super) struct QueuedResend {
 /// One WireGuard interface: keys, peers, sessions, paths and queues. Its
 /// behaviour is [`Device`]'s methods, in `device/mod.rs` and its siblings.
 pub struct Device {
-    pub(super) local: Option<LocalStatic>,
+    /// Shared with the crypto jobs that answer initiations.
+    pub(super) local: Option<std::sync::Arc<LocalStatic>>,
     pub(super) checker: Option<CookieChecker>,
     pub(super) peers: PeerTable,
     pub(super) by_key: HashMap<[u8; 32], PeerId>,
