@@ -127,7 +127,8 @@ fn idle_peers_are_never_woken() {
 
 /// A batch of initiations from several peers: their DH work done in parts
 /// on threads of their own (as the daemon does on every core), outside the
-/// device, gives every peer its session, as one thread does.
+/// device, gives every peer its session, as one thread does; one from a
+/// key that is no peer's gets no response (and no response DH work).
 #[test]
 fn initiations_answered_in_parts_on_threads_all_complete() {
     use braid_core::batch::PacketBatch;
@@ -139,16 +140,19 @@ fn initiations_answered_in_parts_on_threads_all_complete() {
     let server_addr: SocketAddr = "198.18.0.1:51820".parse().unwrap();
     let mut server = device(1);
     let server_key = server.public_key().unwrap();
-    let mut clients: Vec<_> = (0..PEERS).map(|n| device(n + 2)).collect();
+    // The last one is a stranger: the server does not know its key.
+    let mut clients: Vec<_> = (0..=PEERS).map(|n| device(n + 2)).collect();
     let mut batch = PacketBatch::new(64, 2048);
     for (n, client) in clients.iter_mut().enumerate() {
         let at_client = client.add_peer(server_key).unwrap();
         client.set_endpoint(at_client, server_addr);
         client.add_allowed_ip(at_client, addr(0), 32).unwrap();
-        let at_server = server.add_peer(client.public_key().unwrap()).unwrap();
-        server
-            .add_allowed_ip(at_server, addr(1 + n as u32), 32)
-            .unwrap();
+        if n < usize::from(PEERS) {
+            let at_server = server.add_peer(client.public_key().unwrap()).unwrap();
+            server
+                .add_allowed_ip(at_server, addr(1 + n as u32), 32)
+                .unwrap();
+        }
         // A packet for the server starts the client's handshake.
         let packet = ipv4([198, 19, 0, 2 + n as u8], [198, 19, 0, 0], 17, b"hello");
         let mut out = PacketBatch::new(1, 2048);
@@ -167,7 +171,8 @@ fn initiations_answered_in_parts_on_threads_all_complete() {
     }
     let mut jobs = CryptoJobs::new();
     server.prepare_decapsulate(now, &mut batch, &mut jobs);
-    assert_eq!(jobs.initiations(), usize::from(PEERS));
+    assert_eq!(jobs.initiations(), usize::from(PEERS) + 1);
+    let rejected = server.counters.handshake_rejected;
     std::thread::scope(|s| {
         for part in jobs.initiation_parts(3) {
             s.spawn(move || part.run());
@@ -175,8 +180,18 @@ fn initiations_answered_in_parts_on_threads_all_complete() {
     });
     server.finish_decapsulate(now, &mut batch, &mut jobs);
     let responses = transmit(&mut server, now);
-    assert_eq!(responses.len(), usize::from(PEERS), "one response each");
-    for (n, client) in clients.iter_mut().enumerate() {
+    let kinds: Vec<u8> = responses.iter().map(|r| r[0]).collect();
+    assert_eq!(
+        responses.len(),
+        usize::from(PEERS),
+        "one response each: {kinds:?}"
+    );
+    assert_eq!(
+        server.counters.handshake_rejected,
+        rejected + 1,
+        "the stranger's"
+    );
+    for (n, client) in clients.iter_mut().take(PEERS.into()).enumerate() {
         let replies: Vec<(SocketAddr, &[u8])> = responses
             .iter()
             .map(|r| (server_addr, r.as_slice()))

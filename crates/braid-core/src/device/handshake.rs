@@ -154,7 +154,7 @@ impl Device {
             return;
         };
         let ephemeral = StaticSecret::from(self.random_bytes::<32>());
-        jobs.push_initiation((line, src), msg, &local, ephemeral);
+        jobs.push_initiation((line, src), msg, &local, &self.by_key, ephemeral);
     }
 
     /// Answers the initiations whose DH work `jobs` did: the peer by the

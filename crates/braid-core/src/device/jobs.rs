@@ -14,6 +14,7 @@
 //! several threads when there are several ([`CryptoJobs::initiation_parts`]);
 //! the device then finds the peer and sends the response.
 
+use super::table::PeerKeys;
 use crate::batch::{PacketBatch, SlotRange};
 use crate::cipher::DataKeys;
 use crate::messages::INITIATION_LEN;
@@ -45,6 +46,8 @@ pub(super) struct InitiationJob {
     pub src: SocketAddr,
     msg: [u8; INITIATION_LEN],
     local: Arc<LocalStatic>,
+    /// Whose initiations are answered.
+    peers: PeerKeys,
     /// Taken when the job runs.
     ephemeral: Option<StaticSecret>,
     /// `Some(Err(()))`: the initiation did not decrypt (not for us, or a
@@ -59,11 +62,19 @@ impl InitiationJob {
         };
         self.outcome = Some(
             noise::consume_initiation(&self.local, &self.msg)
+                .map_err(|_| ())
+                // A stranger's: no response, so none of its DH work.
                 .and_then(|received| {
-                    let dh = noise::response_dh(&received, &ephemeral)?;
-                    Ok((received, dh))
+                    if self.peers.contains(&received.peer_public) {
+                        Ok(received)
+                    } else {
+                        Err(())
+                    }
                 })
-                .map_err(|_| ()),
+                .and_then(|received| {
+                    let dh = noise::response_dh(&received, &ephemeral).map_err(|_| ())?;
+                    Ok((received, dh))
+                }),
         );
     }
 }
@@ -126,6 +137,7 @@ impl CryptoJobs {
         (line, src): (u16, SocketAddr),
         msg: &[u8; INITIATION_LEN],
         local: &Arc<LocalStatic>,
+        peers: &PeerKeys,
         ephemeral: StaticSecret,
     ) {
         self.initiations.push(InitiationJob {
@@ -133,6 +145,7 @@ impl CryptoJobs {
             src,
             msg: *msg,
             local: local.clone(),
+            peers: peers.clone(),
             ephemeral: Some(ephemeral),
             outcome: None,
         });

@@ -138,7 +138,7 @@ impl Device {
             local: None,
             checker: None,
             peers: table::PeerTable::default(),
-            by_key: HashMap::new(),
+            by_key: table::PeerKeys::default(),
             peer_limit: MAX_PEERS,
             allowed: AllowedIps::new(),
             indices: HashMap::new(),
@@ -192,7 +192,7 @@ impl Device {
         self.checker = self.local.as_ref().map(|l| CookieChecker::new(&l.public));
         // A peer can't be ourselves.
         if let Some(own) = self.public_key() {
-            if self.by_key.contains_key(&own) {
+            if self.by_key.contains(&own) {
                 self.remove_peer(&own);
             }
         }
@@ -271,13 +271,13 @@ impl Device {
     }
 
     pub fn find_peer(&self, public: &[u8; 32]) -> Option<PeerId> {
-        self.by_key.get(public).copied()
+        self.by_key.get(public)
     }
 
     /// Adds a peer (or returns the existing one). `None` when the key is our
     /// own or the device is full (`MAX_PEERS`, or a lower `set_peer_limit`).
     pub fn add_peer(&mut self, public: [u8; 32]) -> Option<PeerId> {
-        if let Some(&pid) = self.by_key.get(&public) {
+        if let Some(pid) = self.by_key.get(&public) {
             return Some(pid);
         }
         if self.public_key() == Some(public) || self.by_key.len() >= self.peer_limit {
@@ -333,7 +333,7 @@ impl Device {
     }
 
     pub fn remove_all_peers(&mut self) {
-        let keys: Vec<[u8; 32]> = self.by_key.keys().copied().collect();
+        let keys = self.by_key.keys();
         for k in keys {
             self.remove_peer(&k);
         }

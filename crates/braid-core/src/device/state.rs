@@ -4,7 +4,7 @@
 //! these fields.
 
 use super::jobs::CryptoJobs;
-use super::table::PeerTable;
+use super::table::{PeerKeys, PeerTable};
 use crate::allowed_ips::AllowedIps;
 use crate::cipher::CipherPolicy;
 use crate::cookie::CookieChecker;
@@ -91,7 +91,7 @@ pub struct Device {
     pub(super) local: Option<std::sync::Arc<LocalStatic>>,
     pub(super) checker: Option<CookieChecker>,
     pub(super) peers: PeerTable,
-    pub(super) by_key: HashMap<[u8; 32], PeerId>,
+    pub(super) by_key: PeerKeys,
     pub(super) peer_limit: usize,
     pub(super) allowed: AllowedIps<PeerId>,
     pub(super) indices: HashMap<u32, IndexEntry>,

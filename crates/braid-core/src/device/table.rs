@@ -10,9 +10,53 @@
 
 use crate::deadlines::DeadlineQueue;
 use crate::peer::{Peer, PeerId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::{Index, IndexMut};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
+
+/// The peers' public keys and ids. Shared, read-only, with the crypto jobs
+/// that answer initiations outside the device: the response's DH work is
+/// done only for a key that is a peer's, so an initiation from a stranger
+/// costs the two scalar multiplications that decrypt it, as before.
+#[derive(Clone, Default)]
+pub(super) struct PeerKeys(Arc<RwLock<HashMap<[u8; 32], PeerId>>>);
+
+impl PeerKeys {
+    // A thread that panicked holding the lock left a map that is still
+    // whole (every change is one call on it).
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<[u8; 32], PeerId>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<[u8; 32], PeerId>> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, public: &[u8; 32]) -> Option<PeerId> {
+        self.read().get(public).copied()
+    }
+
+    pub fn contains(&self, public: &[u8; 32]) -> bool {
+        self.read().contains_key(public)
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn insert(&self, public: [u8; 32], pid: PeerId) {
+        self.write().insert(public, pid);
+    }
+
+    pub fn remove(&self, public: &[u8; 32]) -> Option<PeerId> {
+        self.write().remove(public)
+    }
+
+    pub fn keys(&self) -> Vec<[u8; 32]> {
+        self.read().keys().copied().collect()
+    }
+}
 
 /// What a peer says about the tunnel MTU it can take (see
 /// `Device::refresh_path_mtus`).
