@@ -33,6 +33,7 @@ mod handshake_flood;
 mod interop;
 mod ipv6;
 mod large_uapi;
+mod many_peers;
 mod mss;
 mod multipath;
 mod netem;
