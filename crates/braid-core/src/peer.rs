@@ -131,6 +131,11 @@ pub struct Peer {
     /// that has none (every peer of a fresh `wg setconf`) needs no walk of
     /// the table.
     pub allowed_prefixes: usize,
+    /// The AllowedIPs given to this peer (masked), some of which may have
+    /// moved on to another peer since: clearing them is a lookup each,
+    /// not a walk of the whole table (removing 100,000 peers one by one
+    /// stays linear). Compacted when stale entries outnumber the others.
+    pub(crate) prefixes: Vec<(std::net::IpAddr, u8)>,
     /// On the device's list of peers whose staged packets may go now.
     pub(crate) flush_queued: bool,
     /// On the device's list of peers with packets ready for the TUN.
@@ -216,6 +221,7 @@ impl Peer {
             counters: PeerCounters::default(),
             mtu_limit: None,
             allowed_prefixes: 0,
+            prefixes: Vec::new(),
             flush_queued: false,
             ready_queued: false,
         }

@@ -201,3 +201,46 @@ fn initiations_answered_in_parts_on_threads_all_complete() {
         assert_eq!(info.counters.handshakes_completed, 1, "client {n}");
     }
 }
+
+/// Removing peers one by one clears exactly their own AllowedIPs (found
+/// from what each was given, not by a walk of the table), also after some
+/// moved to other peers and back; the table ends with the others' only.
+#[test]
+fn removing_peers_one_by_one_leaves_the_others_prefixes() {
+    let mut d = device(1);
+    let pids: Vec<usize> = (0..2000).map(|n| d.add_peer(key(n)).unwrap()).collect();
+    for (n, &pid) in pids.iter().enumerate() {
+        d.add_allowed_ip(pid, addr(n as u32), 32).unwrap();
+    }
+    // Peer 1's address moves to peer 0 and back to 1, peer 3's to peer 2
+    // for good; peer 0 gets one more many times over (its list compacts).
+    d.add_allowed_ip(pids[0], addr(1), 32).unwrap();
+    d.add_allowed_ip(pids[1], addr(1), 32).unwrap();
+    d.add_allowed_ip(pids[2], addr(3), 32).unwrap();
+    for _ in 0..100 {
+        d.add_allowed_ip(pids[4], addr(5000), 32).unwrap();
+        d.add_allowed_ip(pids[0], addr(5000), 32).unwrap();
+    }
+    for n in (0..2000).step_by(2) {
+        assert!(d.remove_peer(&key(n)));
+    }
+    let infos = d.peer_infos();
+    assert_eq!(infos.len(), 1000);
+    for (pid, info) in &infos {
+        let n = pids.iter().position(|p| p == pid).unwrap() as u32;
+        let want: Vec<_> = match n {
+            1 => vec![(addr(1), 32)],
+            3 => vec![],
+            _ => vec![(addr(n), 32)],
+        };
+        assert_eq!(info.allowed_ips, want, "peer {n}");
+    }
+    // Peer 2's (removed) took peer 3's address with it; 5000 went with 0.
+    assert_eq!(
+        d.peer_infos()
+            .iter()
+            .map(|(_, i)| i.allowed_ips.len())
+            .sum::<usize>(),
+        999
+    );
+}

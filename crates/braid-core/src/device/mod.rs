@@ -453,8 +453,19 @@ impl Device {
     ) -> Result<(), InvalidPrefix> {
         let old = self.allowed.insert(addr, prefix, pid)?;
         if old != Some(pid) {
+            let allowed = &self.allowed;
             if let Some(p) = self.peers.get_mut_untimed(pid) {
                 p.allowed_prefixes += 1;
+                p.prefixes
+                    .push((crate::allowed_ips::masked(addr, prefix), prefix));
+                // Prefixes moved to other peers since: kept until they
+                // outnumber the rest, so each addition stays O(1) amortized.
+                if p.prefixes.len() > 2 * p.allowed_prefixes + 16 {
+                    p.prefixes
+                        .retain(|&(a, l)| allowed.get_exact(a, l) == Some(pid));
+                    p.prefixes.sort_unstable();
+                    p.prefixes.dedup();
+                }
             }
             if let Some(p) = old.and_then(|o| self.peers.get_mut_untimed(o)) {
                 p.allowed_prefixes = p.allowed_prefixes.saturating_sub(1);
@@ -463,13 +474,15 @@ impl Device {
         Ok(())
     }
 
+    /// Takes every AllowedIP from the peer: one lookup per prefix it was
+    /// given, not a walk of the table.
     pub fn clear_allowed_ips(&mut self, pid: PeerId) {
         let Some(p) = self.peers.get_mut_untimed(pid) else {
             return;
         };
-        // Linear in the table: only when the peer has prefixes to lose.
-        if std::mem::take(&mut p.allowed_prefixes) > 0 {
-            self.allowed.remove_value(pid);
+        p.allowed_prefixes = 0;
+        for (addr, prefix) in std::mem::take(&mut p.prefixes) {
+            self.allowed.remove_if_value(addr, prefix, pid);
         }
     }
 

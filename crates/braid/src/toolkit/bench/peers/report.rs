@@ -1,6 +1,8 @@
 //! What `braid bench peers` prints: the rows, the handshake storms, and
 //! the targets of issue 22 checked at the largest number of idle peers.
 
+#[cfg(test)]
+use super::run::Failure;
 use super::run::{Results, Row, Storm};
 use super::Options;
 use serde_json::json;
@@ -50,7 +52,16 @@ pub fn verdicts(o: &Options, r: &Results) -> Vec<Verdict> {
     let n = o.peers.iter().copied().max().unwrap_or(0);
     let at = row(r, "braid", n);
     let base = row(r, "braid", 0);
-    let wg = row(r, "wireguard-go", n);
+    // Against wireguard-go: at the most idle peers both were measured with
+    // (it holds at most 65,536).
+    let both = o
+        .peers
+        .iter()
+        .copied()
+        .filter(|&m| row(r, "braid", m).is_some() && row(r, "wireguard-go", m).is_some())
+        .max()
+        .unwrap_or(n);
+    let (at_both, wg) = (row(r, "braid", both), row(r, "wireguard-go", both));
     let judge = |target: String,
                  values: Option<(f64, f64)>,
                  ok: &dyn Fn(f64, f64) -> bool,
@@ -68,7 +79,7 @@ pub fn verdicts(o: &Options, r: &Results) -> Vec<Verdict> {
         },
     };
     let no_base = format!("needs braid with 0 and with {n} idle peers");
-    let no_wg = format!("needs braid and wireguard-go with {n} idle peers");
+    let no_wg = format!("needs braid and wireguard-go with {both} idle peers");
     vec![
         judge(
             format!("live peer TCP with {n} idle peers >= 95 % of braid's with none"),
@@ -101,15 +112,15 @@ pub fn verdicts(o: &Options, r: &Results) -> Vec<Verdict> {
             &format!("needs braid with {n} idle peers"),
         ),
         judge(
-            format!("wg setconf of {n} idle peers no slower than wireguard-go"),
-            at.zip(wg).map(|(a, w)| (a.setconf_s, w.setconf_s)),
+            format!("wg setconf of {both} idle peers no slower than wireguard-go"),
+            at_both.zip(wg).map(|(a, w)| (a.setconf_s, w.setconf_s)),
             &|a, b| a <= b,
             &|a, b| format!("{a:.2} against {b:.2} s"),
             &no_wg,
         ),
         judge(
-            format!("RSS with {n} idle peers <= 0.5x wireguard-go's"),
-            at.zip(wg).map(|(a, w)| (a.rss_mb, w.rss_mb)),
+            format!("RSS with {both} idle peers <= 0.5x wireguard-go's"),
+            at_both.zip(wg).map(|(a, w)| (a.rss_mb, w.rss_mb)),
             &|a, b| a <= 0.5 * b,
             &|a, b| format!("{a:.0} against {b:.0} MB ({:.2}x)", a / b),
             &no_wg,
@@ -167,6 +178,12 @@ pub fn table(o: &Options, r: &Results) -> String {
             let _ = writeln!(t, "| {} |", storm_cells(s).join(" | "));
         }
     }
+    for f in &r.failures {
+        let what = f
+            .idle_peers
+            .map_or("handshake storm".to_string(), |n| format!("{n} idle peers"));
+        let _ = writeln!(t, "\nnot measured: {} with {what}: {}", f.vpn, f.why);
+    }
     let _ = writeln!(t, "\nTargets (issue 22):");
     for v in verdicts(o, r) {
         let mark = match v.met {
@@ -206,6 +223,9 @@ pub fn json(o: &Options, r: &Results) -> serde_json::Value {
             "cookie_replies": s.figures.cookie_replies,
             "responses_refused": s.figures.responses_refused,
             "server_cpu_s": s.server_cpu_s,
+        })).collect::<Vec<_>>(),
+        "failures": r.failures.iter().map(|f| json!({
+            "vpn": f.vpn, "idle_peers": f.idle_peers, "why": f.why,
         })).collect::<Vec<_>>(),
         "verdicts": verdicts(o, r).iter().map(|v| json!({
             "target": v.target, "met": v.met, "measured": v.measured,
@@ -252,6 +272,7 @@ mod tests {
                 row("wireguard-go", 100_000, 2.0, 0.30, 8.0, 2400.0),
             ],
             storms: vec![],
+            failures: vec![],
         };
         let v = verdicts(&options(&[0, 100_000]), &r);
         assert_eq!(v.len(), 6);
@@ -273,11 +294,33 @@ mod tests {
                 .cloned()
                 .collect(),
             storms: vec![],
+            failures: vec![],
         };
         let v = verdicts(&options(&[0, 100_000]), &braid_only);
         assert_eq!(v[4].met, None);
         assert!(v[4].measured.starts_with("not measured"));
         assert_eq!(v[0].met, Some(true));
+    }
+
+    #[test]
+    fn comparisons_with_wireguard_go_use_the_most_peers_both_were_measured_with() {
+        let r = Results {
+            rows: vec![
+                row("braid", 0, 4.0, 0.20, 0.01, 14.0),
+                row("wireguard-go", 0, 3.0, 0.25, 0.01, 10.0),
+                row("braid", 60_000, 4.0, 0.20, 0.5, 180.0),
+                row("wireguard-go", 60_000, 2.0, 0.30, 6.0, 1500.0),
+                row("braid", 100_000, 3.9, 0.21, 0.8, 300.0),
+            ],
+            storms: vec![],
+            failures: vec![],
+        };
+        let v = verdicts(&options(&[0, 60_000, 100_000]), &r);
+        assert!(v[0].target.contains("100000 idle peers"), "{}", v[0].target);
+        assert!(v[4].target.contains("60000 idle peers"), "{}", v[4].target);
+        assert_eq!(v[4].measured, "0.50 against 6.00 s");
+        assert!(v[5].target.contains("60000 idle peers"));
+        assert!(v.iter().all(|v| v.met == Some(true)), "{v:#?}");
     }
 
     #[test]
@@ -298,6 +341,11 @@ mod tests {
                 },
                 server_cpu_s: 4.0,
             }],
+            failures: vec![Failure {
+                vpn: "wireguard-go",
+                idle_peers: Some(100_000),
+                why: "wg setconf failed".into(),
+            }],
         };
         let t = table(&options(&[0]), &r);
         assert!(t.contains("| braid | 0 | 0.01 s | 0.50 s | 0.20 % | 14 MB | 0.20 ms | 0.40 ms | 4.00 Gbit/s |"), "{t}");
@@ -306,6 +354,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("Targets (issue 22):"));
+        assert!(t.contains("not measured: wireguard-go with 100000 idle peers: wg setconf failed"));
         let j = json(&options(&[0]), &r);
         assert_eq!(j["handshakes"][0]["per_second"], 1250.0);
         assert_eq!(j["rows"][0]["idle_peers"], 0);

@@ -46,10 +46,22 @@ pub struct Storm {
     pub server_cpu_s: f64,
 }
 
+/// A row or storm that could not be measured, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub vpn: &'static str,
+    /// The row's idle peers, or `None` for the storm.
+    pub idle_peers: Option<usize>,
+    pub why: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Results {
     pub rows: Vec<Row>,
     pub storms: Vec<Storm>,
+    /// What failed is reported, and the rest still runs: wireguard-go
+    /// refuses more than 65,536 peers, for one.
+    pub failures: Vec<Failure>,
 }
 
 /// Every row (peer counts in the outer loop, so both VPNs of one count run
@@ -62,12 +74,23 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
             if !o.json {
                 eprintln!("{}: {idle} idle peers …", vpn.name());
             }
-            let row = measure_row(vpn, idle, o)
-                .map_err(|e| format!("{} with {idle} idle peers: {e}", vpn.name()))?;
-            if !o.json {
-                eprintln!("  {}", super::report::row_line(&row));
+            match measure_row(vpn, idle, o) {
+                Ok(row) => {
+                    if !o.json {
+                        eprintln!("  {}", super::report::row_line(&row));
+                    }
+                    r.rows.push(row);
+                }
+                Err(why) => {
+                    lab::check_stop()?;
+                    eprintln!("  failed: {why}");
+                    r.failures.push(Failure {
+                        vpn: vpn.name(),
+                        idle_peers: Some(idle),
+                        why,
+                    });
+                }
             }
-            r.rows.push(row);
         }
     }
     if o.handshake_peers > 0 {
@@ -81,9 +104,18 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
                     o.spread
                 );
             }
-            let storm = measure_storm(vpn, o)
-                .map_err(|e| format!("{} handshake storm: {e}", vpn.name()))?;
-            r.storms.push(storm);
+            match measure_storm(vpn, o) {
+                Ok(storm) => r.storms.push(storm),
+                Err(why) => {
+                    lab::check_stop()?;
+                    eprintln!("  failed: {why}");
+                    r.failures.push(Failure {
+                        vpn: vpn.name(),
+                        idle_peers: None,
+                        why,
+                    });
+                }
+            }
         }
     }
     Ok(r)
@@ -122,12 +154,26 @@ fn start_vpn(lab: &mut Lab, vpn: &Vpn, ns: &str, ifname: &str) -> LabResult<(Chi
     }
 }
 
-/// `wg setconf IFNAME FILE` in `ns`; returns how long it took.
+/// `wg setconf IFNAME FILE` in `ns`; returns how long it took. A refusal
+/// names what the VPN logged last.
 fn setconf(lab: &Lab, ns: &str, ifname: &str, file: &std::path::Path) -> LabResult<Duration> {
     let mut cmd = lab.cmd_in(ns, "wg");
     cmd.arg("setconf").arg(ifname).arg(file);
     let start = Instant::now();
-    run_bounded(cmd, WG_TIMEOUT).check("wg setconf")?;
+    let out = run_bounded(cmd, WG_TIMEOUT);
+    if !out.ok() {
+        let log =
+            std::fs::read_to_string(lab.dir().join(format!("{ifname}.log"))).unwrap_or_default();
+        let last = log
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return Err(format!(
+            "wg setconf failed ({}); the VPN's log ends: {last:?}",
+            out.describe().lines().next().unwrap_or("")
+        ));
+    }
     Ok(start.elapsed())
 }
 
