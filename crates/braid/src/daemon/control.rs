@@ -108,8 +108,9 @@ fn accept_loop(
             refused = refused.saturating_add(1);
             // Local users could fill the log: the first few, then every 1000th.
             if refused <= 10 || refused.is_multiple_of(1000) {
-                eprintln!(
-                    "braid[{name}]: refused a userspace API connection from uid {} (only root and uid {owner} may connect; {refused} refused so far)",
+                crate::warn!(
+                    name,
+                    "refused a userspace API connection from uid {} (only root and uid {owner} may connect; {refused} refused so far)",
                     peer.map_or_else(|| "unknown".to_string(), |c| c.uid.to_string())
                 );
             }

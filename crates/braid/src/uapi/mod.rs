@@ -174,6 +174,8 @@ pub struct DeviceSnapshot {
     pub peers: Vec<PeerSnapshot>,
     /// braid's device-wide counters, in display order.
     pub extra: Vec<(String, u64)>,
+    /// braid: the daemon's last events at info and above (`braid top`).
+    pub events: Vec<crate::log::RecentEvent>,
 }
 
 impl DeviceSnapshot {
@@ -186,6 +188,7 @@ impl DeviceSnapshot {
             fwmark,
             peers: Vec::new(),
             extra: Vec::new(),
+            events: Vec::new(),
         }
     }
 }
@@ -685,6 +688,8 @@ pub(crate) struct DeviceJson {
     fwmark: u32,
     peers: Vec<PeerJson>,
     extra: Vec<(String, u64)>,
+    #[serde(default)]
+    events: Vec<crate::log::RecentEvent>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -742,6 +747,7 @@ pub(crate) fn json_view(snap: &DeviceSnapshot) -> DeviceJson {
             })
             .collect(),
         extra: snap.extra.clone(),
+        events: snap.events.clone(),
     }
 }
 
@@ -782,6 +788,7 @@ pub fn snapshot_from_json(json: &str) -> Result<DeviceSnapshot, serde_json::Erro
             })
             .collect::<Result<_, serde_json::Error>>()?,
         extra: dev.extra,
+        events: dev.events,
     })
 }
 
