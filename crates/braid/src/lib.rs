@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod keys;
 pub mod log;
+pub mod metrics;
 pub mod mtu_show;
 pub mod show;
 pub mod toolkit;

@@ -193,6 +193,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     if let Some(cfg) = &req.config {
         routes::check_table_free(cfg, full_tunnel_mark)?;
     }
+    // Bound before anything changes, so a port in use stops `braid up`
+    // with nothing to undo.
+    let metrics_listener = req
+        .config
+        .as_ref()
+        .and_then(|c| c.interface.metrics_listen)
+        .map(crate::metrics::bind)
+        .transpose()?;
     if let Some(cfg) = &req.config {
         run_hooks(name, &cfg.interface.pre_up)?;
     }
@@ -295,7 +303,11 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     }
     // Every thread starts from here on, after the drop: each inherits the
     // reduced capabilities, bounding set and no-new-privs of this one.
-    let requests = control_socket.serve(waker.clone())?;
+    let (requester, requests) = control::request_channel(waker.clone());
+    if let Some(listener) = metrics_listener {
+        crate::metrics::serve(name, listener, requester.clone())?;
+    }
+    control_socket.serve(requester)?;
     let mss_fix = req
         .config
         .as_ref()
