@@ -9,4 +9,5 @@ pub mod metrics;
 pub mod mtu_show;
 pub mod show;
 pub mod toolkit;
+pub mod top;
 pub mod uapi;

@@ -60,6 +60,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A live view of running interfaces: per peer and path the rate each
+    /// way with the last minute, RTT, loss, state, first arrivals, the
+    /// reorder window and recent events; q quits.
+    Top {
+        /// The interface (default: every running one).
+        name: Option<String>,
+    },
     /// Check this machine (and with NAME a running interface): what to change and why.
     Doctor {
         name: Option<String>,
@@ -162,6 +169,7 @@ fn main() -> ExitCode {
         Command::Down { name } => down(&name),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
         Command::Mtu { name, json } => mtu_cmd(&name, json),
+        Command::Top { name } => braid::top::run(name.as_deref()),
         Command::Doctor { name, json } => {
             return if braid::doctor::run(name.as_deref(), json) {
                 ExitCode::SUCCESS

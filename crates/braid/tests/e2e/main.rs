@@ -44,3 +44,4 @@ mod rate_limit;
 mod resource_bounds;
 mod soak;
 mod tcp_transport;
+mod top;
