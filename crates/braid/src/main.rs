@@ -91,6 +91,10 @@ enum Command {
         /// Length of the iperf3 run in seconds.
         #[arg(long, default_value_t = 5)]
         seconds: u32,
+        /// Also draw the run as an SVG: per second what each line carried
+        /// and what arrived, the cut and braid's failover marked.
+        #[arg(long, value_name = "FILE.svg", value_parser = plot_target)]
+        plot: Option<PathBuf>,
     },
     /// Relay UDP through an impaired line (delay, jitter, loss, rate, cuts…);
     /// see `braid netem --help`.
@@ -186,8 +190,8 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Pubkey => pubkey(),
-        Command::Demo { seconds } => {
-            require_root().and_then(|()| braid::toolkit::demo::run_demo(seconds))
+        Command::Demo { seconds, plot } => {
+            require_root().and_then(|()| braid::toolkit::demo::run_demo(seconds, plot.as_deref()))
         }
         Command::Netem { args } => braid::toolkit::netem::run(&args),
         Command::Bench(BenchCommand::Netem { args }) => braid::toolkit::bench::netem::run(&args),
@@ -207,6 +211,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn plot_target(value: &str) -> Result<PathBuf, String> {
+    braid::toolkit::plot::parse_target("--plot", value)
 }
 
 fn pubkey() -> Result<(), String> {

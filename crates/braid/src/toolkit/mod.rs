@@ -6,9 +6,11 @@
 //!   and the end-to-end tests;
 //! - [`demo`]: `braid demo`;
 //! - [`bench`]: `braid bench crypto|tunnel|lines|echo|handshake-flood|netem`;
-//! - [`netem`]: `braid netem`, the link-impairment emulator.
+//! - [`netem`]: `braid netem`, the link-impairment emulator;
+//! - [`plot`]: `--plot FILE.svg` of the demo and the benches.
 
 pub mod bench;
 pub mod demo;
 pub mod lab;
 pub mod netem;
+pub mod plot;

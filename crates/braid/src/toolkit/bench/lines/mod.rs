@@ -49,7 +49,7 @@ const USAGE: &str = "\
 usage: braid bench lines [--quick] [--json] [--seconds N] [--long-seconds N]
                          [--runs N] [--only seed,loss,cut,aggregate,unequal]
                          [--cc LIST] [--unequal-cc LIST] [--rows LIST]
-                         [--unequal-runs N]
+                         [--unequal-runs N] [--plot FILE.svg]
 
 Dual-line benchmark (issue 4) between two network namespaces, lines made
 with `braid netem`, iperf3 single stream, every case on fresh relays and
@@ -76,6 +76,10 @@ tunnels. Prints a progress line per case on stderr, then the tables.
                      wide, lossy; default all)
   --unequal-runs N   rounds of section 5, interleaved; its table shows the
                      median of each cell (default 1)
+  --plot FILE.svg    also draw every transfer: Mbit/s per second on each
+                     line (its relay's count) and in total (iperf3's
+                     receiver), cuts, restores and rate changes marked, and
+                     when braid saw a line go down or up (the failover)
 
 Section 5 (unequal, issue 19): two `braid netem` lines with rate caps and
 100 ms queues, one TCP stream unless said, 10 s per case (quick 5 s):
@@ -109,6 +113,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         unequal_cc: Vec::new(),
         rows: plan::ROWS.iter().map(|r| r.key.to_string()).collect(),
         unequal_runs: 1,
+        plot: None,
     };
     let mut unequal_cc = None;
     let mut cc = None;
@@ -142,6 +147,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
                 unequal_cc = Some(list);
             }
             "--unequal-runs" => o.unequal_runs = args.number(a, 1..=20)?,
+            "--plot" => o.plot = Some(crate::toolkit::plot::parse_target(a, &args.value(a)?)?),
             "--rows" => {
                 let v = args.value(a)?;
                 o.rows = v.split(',').map(|s| s.trim().to_string()).collect();
@@ -220,7 +226,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let start = Instant::now();
     let mut outcomes = Vec::new();
     {
-        let mut bench = Bench::new()?;
+        let mut bench = Bench::new(o.plot.is_some())?;
         for (i, case) in cases.iter().enumerate() {
             if lab::stop_signalled() {
                 break;
@@ -274,6 +280,11 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         return Err("interrupted; the lab was removed".into());
     }
     let total = start.elapsed().as_secs_f64();
+    if let Some(path) = &o.plot {
+        let panels: Vec<_> = outcomes.iter().filter_map(|o| o.panel.clone()).collect();
+        crate::toolkit::plot::write_svg(path, "braid bench lines", &panels)?;
+        eprintln!("plot: {}", path.display());
+    }
     let r = checks::Results {
         cases: &cases,
         outcomes: &outcomes,

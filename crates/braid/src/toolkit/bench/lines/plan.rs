@@ -32,6 +32,8 @@ pub(super) struct Opts {
     pub(super) rows: Vec<String>,
     /// Rounds of section 5 (interleaved; the tables show medians).
     pub(super) unequal_runs: usize,
+    /// `--plot FILE.svg`.
+    pub(super) plot: Option<std::path::PathBuf>,
 }
 
 /// A line profile of the seed's table.

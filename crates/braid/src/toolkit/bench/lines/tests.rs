@@ -265,6 +265,7 @@ fn outcome(result: Result<Value, String>) -> Outcome {
         counters: Value::Null,
         show: String::new(),
         wall: 0.0,
+        panel: None,
     }
 }
 
@@ -409,4 +410,20 @@ fn a_rate_change_that_did_not_happen_is_noted() {
         notes[0].contains("line 1") && notes[0].contains("10mbit"),
         "{notes:?}"
     );
+}
+
+#[test]
+fn plot_takes_an_svg_in_a_directory_that_exists() {
+    assert_eq!(
+        opts("--quick --plot /tmp/lines.svg").plot,
+        Some(std::path::PathBuf::from("/tmp/lines.svg"))
+    );
+    assert_eq!(opts("--quick").plot, None);
+    let argv = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_string).collect() };
+    let e = super::parse(&argv("--plot lines.png")).err().unwrap();
+    assert!(e.contains("--plot: \"lines.png\" must end in .svg"), "{e}");
+    let e = super::parse(&argv("--plot /nonexistent/dir/x.svg"))
+        .err()
+        .unwrap();
+    assert!(e.contains("does not exist"), "{e}");
 }
