@@ -22,6 +22,9 @@ pub(super) const TRANSFERS: [&str; 3] = [
     "one TCP stream B→A (-R)",
 ];
 
+/// Mbit/s at seconds since a transfer started.
+pub(super) type PerSecond = Vec<(f64, f64)>;
+
 /// One round's numbers, and each transfer's Mbit/s per second (in the
 /// order of [`TRANSFERS`]).
 pub(super) fn round(
@@ -30,7 +33,7 @@ pub(super) fn round(
     aead_s_per_gb: Option<f64>,
     progress: &mut Progress,
     n: usize,
-) -> LabResult<(Round, [Vec<(f64, f64)>; 3])> {
+) -> LabResult<(Round, [PerSecond; 3])> {
     let at = (n, o.rounds);
     let single: Transfer = path.transfer(&[], true, progress, at, "1 stream + ping")?;
     let parallel = path.transfer(&["-P", "4"], false, progress, at, "4 streams")?;
