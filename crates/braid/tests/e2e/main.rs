@@ -32,6 +32,7 @@ mod full_tunnel;
 mod handshake_flood;
 mod interop;
 mod ipv6;
+mod logs;
 mod metrics;
 mod mss;
 mod multipath;
