@@ -5,6 +5,7 @@
 //! base64) and `path`.
 
 use crate::uapi::{DeviceSnapshot, PathSnapshot, PeerSnapshot};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -370,6 +371,9 @@ struct Family {
 #[derive(Default)]
 pub struct Exposition {
     families: Vec<Family>,
+    /// Where each family is in `families` (a scrape of thousands of peers
+    /// adds hundreds of thousands of samples).
+    index: HashMap<String, usize>,
 }
 
 impl Exposition {
@@ -382,8 +386,8 @@ impl Exposition {
         labels: &[(&str, &str)],
         value: f64,
     ) {
-        let at = match self.families.iter().position(|f| f.name == name) {
-            Some(i) => i,
+        let at = match self.index.get(name) {
+            Some(&i) => i,
             None => {
                 self.families.push(Family {
                     name: name.to_string(),
@@ -391,6 +395,7 @@ impl Exposition {
                     kind,
                     samples: String::new(),
                 });
+                self.index.insert(name.to_string(), self.families.len() - 1);
                 self.families.len() - 1
             }
         };

@@ -5,7 +5,7 @@
 
 use crate::log::RecentEvent;
 use crate::uapi::{DeviceSnapshot, PathSnapshot, PeerSnapshot};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Instant, SystemTime};
 
 /// Samples kept per path and direction: a minute at one a second.
@@ -24,7 +24,7 @@ pub struct Interface {
 }
 
 pub enum Status {
-    /// Answering; the time of the latest snapshot.
+    /// Answering.
     Running,
     /// Not answering since then, and why.
     NotRunning { since: SystemTime, why: String },
@@ -113,7 +113,7 @@ impl Interface {
             .filter(|s| *s > 0.0);
         let before = self.last.as_ref().map(|(_, s)| s);
         let mut peers = Vec::with_capacity(snap.peers.len());
-        let mut seen = Vec::new();
+        let mut seen = HashSet::new();
         for peer in &snap.peers {
             let key = peer.public_key.to_base64();
             let old = before.and_then(|b| b.peers.iter().find(|p| p.public_key == peer.public_key));
@@ -134,7 +134,7 @@ impl Interface {
             for p in &peer.paths {
                 let o = old_path(old, p);
                 let hist_key = (key.clone(), p.name.clone());
-                seen.push(hist_key.clone());
+                seen.insert(hist_key.clone());
                 let (rx_h, tx_h) = self.history.entry(hist_key).or_default();
                 if let Some(r) = rate(p.rx_bytes, o.map(|o| o.rx_bytes)) {
                     push(rx_h, r);
