@@ -275,3 +275,33 @@ fn promtool_checks_the_exposition() {
     );
     assert!(complaints.is_empty(), "promtool: {said}");
 }
+
+/// A server's scrape: 1000 peers with two paths each. What it takes is
+/// printed (this machine, this build), not judged.
+#[test]
+fn a_thousand_peers_render_in_one_pass() {
+    let mut snap = snapshot();
+    let template = snap.peers[0].clone();
+    snap.peers = (0..1000u32)
+        .map(|i| {
+            let mut p = template.clone();
+            let mut k = [0u8; 32];
+            k[..4].copy_from_slice(&i.to_le_bytes());
+            p.public_key = PublicKey::from_bytes(k);
+            p
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let mut exp = Exposition::default();
+    render("wg0", &snap, SystemTime::now(), &mut exp);
+    let text = exp.finish();
+    let took = started.elapsed();
+    let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+    println!(
+        "1000 peers x 2 paths: {samples} samples, {} KiB, rendered in {:.1} ms",
+        text.len() / 1024,
+        took.as_secs_f64() * 1e3
+    );
+    assert_eq!(text.matches("# TYPE braid_path_up gauge").count(), 1);
+    assert_eq!(text.matches("braid_path_up{").count(), 2000);
+}
