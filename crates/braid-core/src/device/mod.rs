@@ -106,6 +106,7 @@ pub struct PeerInfo {
     pub cipher: Option<crate::cipher::DataCipher>,
     pub persistent_keepalive: u16,
     pub reorder: ReorderCounters,
+    pub reorder_gaps: crate::reorder::GapCounters,
     pub reorder_hold: Duration,
     /// What the hold is made of: the delay difference of the lines in use
     /// (with their jitter), the lateness measured, the repair wait.
@@ -486,6 +487,7 @@ impl Device {
             cipher: p.keypairs.current.as_ref().map(|k| k.send_cipher()),
             persistent_keepalive: p.persistent_keepalive,
             reorder: p.reorder.counters(),
+            reorder_gaps: p.reorder.gap_counters(),
             reorder_hold: p.reorder.effective_hold(),
             reorder_skew: p.reorder.hold_parts().0,
             reorder_lateness: p.reorder.hold_parts().1,
