@@ -28,6 +28,8 @@ use braid_core::device::PeerOptions;
 use braid_core::path::{Mode, MAX_PATHS};
 use braid_netem::units;
 
+pub mod keys;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub interface: InterfaceConfig,
@@ -607,6 +609,25 @@ impl Parser<'_> {
                 return Err(self.error(Some(line_no), None, "missing key before '='"));
             }
             let key = raw_key.to_ascii_lowercase();
+            // The table of keys decides what exists (the manual is written
+            // from it); the builders below parse the values.
+            let known = match self.section {
+                Section::None => true,
+                Section::Interface => keys::lookup(keys::Section::Interface, &key).is_some(),
+                Section::Peer => keys::lookup(keys::Section::Peer, &key).is_some(),
+            };
+            if !known {
+                let section = if matches!(self.section, Section::Peer) {
+                    "[Peer]"
+                } else {
+                    "[Interface]"
+                };
+                return Err(self.error(
+                    Some(line_no),
+                    Some(raw_key),
+                    format!("unknown key in {section} section"),
+                ));
+            }
             let result = match self.section {
                 Section::None => {
                     return Err(self.error(
