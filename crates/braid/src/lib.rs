@@ -4,6 +4,7 @@ pub mod config;
 pub mod daemon;
 pub mod doctor;
 pub mod keys;
+pub mod manual;
 pub mod mtu_show;
 pub mod show;
 pub mod toolkit;

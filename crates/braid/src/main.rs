@@ -90,6 +90,10 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Write the man pages and shell completions, generated from this
+    /// command line and the config key table, under DIR (for packaging).
+    #[command(hide = true)]
+    GenerateDocFiles { dir: PathBuf },
     /// Create an unconfigured interface served over the userspace API, as
     /// `wireguard-go NAME` does (what wg-quick runs in userspace mode).
     #[command(external_subcommand)]
@@ -182,6 +186,10 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Echo { args }) => braid::toolkit::bench::echo::run(&args),
         Command::Bench(BenchCommand::HandshakeFlood { args }) => {
             braid::toolkit::bench::flood::run(&args)
+        }
+        Command::GenerateDocFiles { dir } => {
+            braid::manual::write_doc_files(<Cli as clap::CommandFactory>::command(), &dir)
+                .map(|_| ())
         }
         Command::Interface(args) => interface(&args),
     };

@@ -32,6 +32,7 @@ mod full_tunnel;
 mod handshake_flood;
 mod interop;
 mod ipv6;
+mod manual;
 mod mss;
 mod multipath;
 mod netem;
