@@ -6,6 +6,8 @@ pub mod doctor;
 pub mod keys;
 pub mod manual;
 pub mod mtu_show;
+pub mod sd_notify;
 pub mod show;
+pub mod syncconf;
 pub mod toolkit;
 pub mod uapi;

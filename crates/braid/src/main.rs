@@ -49,6 +49,16 @@ enum Command {
         /// NAME, or the path to NAME.conf.
         name: String,
     },
+    /// Apply a changed config file to a running interface without dropping
+    /// its sessions, as `wg syncconf` does, braid's keys included (what
+    /// `systemctl reload braid@NAME` runs). A file with a mistake changes
+    /// nothing; what only a restart applies is reported.
+    Syncconf {
+        /// The running interface.
+        name: String,
+        /// Its config file (NAME.conf).
+        file: PathBuf,
+    },
     /// Show interfaces as `wg show` does, plus braid's counters.
     Show {
         name: Option<String>,
@@ -157,6 +167,11 @@ fn main() -> ExitCode {
             chosen(Privileges::choose(user.as_deref(), keep_root)),
         ),
         Command::Down { name } => down(&name),
+        Command::Syncconf { name, file } => braid::syncconf::run(&name, &file).map(|notes| {
+            for note in notes {
+                println!("{name}: {note}");
+            }
+        }),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
         Command::Mtu { name, json } => mtu_cmd(&name, json),
         Command::Doctor { name, json } => {

@@ -53,8 +53,9 @@ pub struct KeySpec {
     pub syntax: &'static str,
     /// What the manual says; plain text, one paragraph.
     pub doc: &'static str,
-    /// A valid value (the tests feed every one to the parser). Keys take a
-    /// key from `braid genkey`/`braid pubkey`/`braid genpsk` instead.
+    /// A valid value other than the default (the tests feed every one to
+    /// the parser, and check a reload notices it). Keys take a key from
+    /// `braid genkey`/`braid pubkey`/`braid genpsk` instead.
     pub example: &'static str,
     /// May appear more than once in its section (values accumulate).
     pub repeatable: bool,
@@ -124,7 +125,7 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Where the routes for AllowedIPs go: `auto` (the main table, or for a full \
               tunnel a table of its own selected by policy rules, as wg-quick does), `off` \
               (no routes) or a table.",
-        example: "auto",
+        example: "off",
         repeatable: false,
         reload: Reload::Restart,
     },
@@ -186,7 +187,7 @@ pub const KEYS: &[KeySpec] = &[
         origin: Origin::WgQuick,
         syntax: "true | false",
         doc: "Accepted so a wg-quick file loads as it is; braid never rewrites the file.",
-        example: "false",
+        example: "true",
         repeatable: false,
         reload: Reload::Restart,
     },
@@ -199,7 +200,7 @@ pub const KEYS: &[KeySpec] = &[
               route in its table that outlives the daemon: if the daemon dies without being \
               asked to stop, traffic meant for the tunnel is refused instead of leaving in \
               the clear. `false` behaves as wg-quick does.",
-        example: "true",
+        example: "false",
         repeatable: false,
         reload: Reload::Restart,
     },
@@ -212,7 +213,7 @@ pub const KEYS: &[KeySpec] = &[
               `auto` (the default) offers AES-256-GCM when this CPU has AES instructions; \
               AES-256-GCM is used only when both ends offer it, and never with stock \
               WireGuard.",
-        example: "auto",
+        example: "aes256gcm",
         repeatable: false,
         reload: Reload::NextSession,
     },
@@ -224,7 +225,7 @@ pub const KEYS: &[KeySpec] = &[
         doc: "Rewrites the MSS option of TCP SYN and SYN-ACK packets through the tunnel so \
               segments fit its MTU. `auto` (the default) follows the MTU (MTU - 40 for IPv4, \
               - 60 for IPv6); a number fixes it; `off` leaves SYNs alone.",
-        example: "auto",
+        example: "1360",
         repeatable: false,
         reload: Reload::Restart,
     },
@@ -236,7 +237,7 @@ pub const KEYS: &[KeySpec] = &[
         doc: "LZ4 compression towards braid peers that agree (a peer's own `Compression` \
               overrides it). Off by default: compressing secret and attacker-controlled data \
               together can leak the secret through packet sizes.",
-        example: "off",
+        example: "lz4",
         repeatable: false,
         reload: Reload::NextSession,
     },
@@ -324,7 +325,7 @@ pub const KEYS: &[KeySpec] = &[
         syntax: "DURATION (e.g. 333ms, 1s, 0)",
         doc: "The ceiling of the receiver's adaptive reorder hold: how long a gap may hold \
               later packets back. Default 333ms, at most 10s; 0 turns the reorder window off.",
-        example: "333ms",
+        example: "100ms",
         repeatable: false,
         reload: Reload::Live,
     },
@@ -334,7 +335,7 @@ pub const KEYS: &[KeySpec] = &[
         origin: Origin::Braid,
         syntax: "1-65536",
         doc: "Packets the reorder window holds at most. Default 2048.",
-        example: "2048",
+        example: "4096",
         repeatable: false,
         reload: Reload::Live,
     },
@@ -356,7 +357,7 @@ pub const KEYS: &[KeySpec] = &[
         doc: "What carries the datagrams to the `Endpoint` and to paths without their own \
               `transport=`: `udp` (the default) or `tcp`, for networks that block UDP (both \
               ends must be braid).",
-        example: "udp",
+        example: "tcp",
         repeatable: false,
         reload: Reload::Restart,
     },

@@ -217,6 +217,13 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// A config file's name and text, as read by [`Config::load_with_text`].
+pub struct ConfigFile {
+    /// The file name, which errors name (`wg0.conf:7: ...`).
+    pub name: String,
+    pub text: zeroize::Zeroizing<String>,
+}
+
 /// Everything that can go wrong loading a configuration.
 #[derive(Debug)]
 pub enum ConfigError {
@@ -306,6 +313,13 @@ pub fn check_private_file(path: &Path) -> io::Result<()> {
 
 impl Config {
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        Config::load_with_text(path).map(|(config, _)| config)
+    }
+
+    /// [`load`](Self::load), also returning the file's text and name (what
+    /// `braid syncconf` hands the daemon, which parses it the same way).
+    /// The text holds the private key: it is zeroized when dropped.
+    pub fn load_with_text(path: impl AsRef<Path>) -> Result<(Config, ConfigFile), ConfigError> {
         let path = path.as_ref();
         let io_err = |source| ConfigError::Io {
             path: path.to_path_buf(),
@@ -313,7 +327,7 @@ impl Config {
         };
         check_private_file(path).map_err(io_err)?;
         use std::io::Read as _;
-        let mut bytes = Vec::new();
+        let mut bytes = zeroize::Zeroizing::new(Vec::new());
         std::fs::File::open(path)
             .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
             .map_err(io_err)?;
@@ -329,13 +343,15 @@ impl Config {
                 message: format!("file is larger than {MAX_CONFIG_BYTES} bytes"),
             });
         }
-        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
+        let text = std::str::from_utf8(&bytes).map_err(|_| ConfigError::Invalid {
             source_name: name.clone(),
             line: None,
             key: None,
             message: "file is not valid UTF-8".into(),
         })?;
-        Config::parse(&text, &name)
+        let config = Config::parse(text, &name)?;
+        let text = zeroize::Zeroizing::new(text.to_string());
+        Ok((config, ConfigFile { name, text }))
     }
 
     pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {

@@ -41,6 +41,7 @@ mod netns_move;
 mod pmtu;
 mod privilege;
 mod rate_limit;
+mod reload;
 mod resource_bounds;
 mod soak;
 mod tcp_transport;
