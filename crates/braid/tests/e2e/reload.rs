@@ -14,7 +14,8 @@
 //! gains a line and an AllowedIPs network, loses a line and changes mode;
 //! B's gains a peer and loses it again. Each reload must take effect, keep
 //! the session (no handshake) and the stream intact; a file with a mistake
-//! must change nothing and say where the mistake is; B must say READY=1
+//! must change nothing and say where the mistake is; stock `wg syncconf`
+//! must not cost the session either; B must say READY=1
 //! once up, RELOADING=1/READY=1 around its reloads and STOPPING=1 at the end.
 
 use crate::harness::*;
@@ -368,6 +369,15 @@ fn reload_applies_a_changed_file_without_dropping_the_session() {
         out.combined()
     );
     manager.wait_for("READY=1", LONG);
+
+    // Stock `wg syncconf` (what wg-quick@.service reloads with) on B: the
+    // unchanged private key it sends again keeps the session too.
+    let plain = env.write(
+        &format!("{ifb}.setconf"),
+        &config_b(x, &kb, &ka, None).wg_setconf(),
+    );
+    nsb.run("wg", &["syncconf", &ifb, &plain.to_string_lossy()], SHORT)
+        .expect_ok("wg syncconf");
 
     // 5. A key only a restart applies is reported, not applied.
     let mut moved = config_a(x, &ka, &kb, &[l2.clone(), "Mode = failover".into()], false);
