@@ -38,6 +38,7 @@ mod multipath;
 mod netem;
 mod netem_rate;
 mod netns_move;
+mod package;
 mod pmtu;
 mod privilege;
 mod rate_limit;
