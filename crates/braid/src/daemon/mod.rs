@@ -543,35 +543,13 @@ impl Daemon {
                 }
                 Request::Set(set) => self.apply(&set),
                 Request::SetBraid(config) => {
-                    if let Some(n) = &self.notifier {
-                        let _ = n.reloading(crate::sd_notify::monotonic_usec());
-                    }
-                    let outcome = self.sync_config(&config);
-                    match &outcome {
-                        Ok(notes) => log!(
-                            self.name,
-                            "reloaded {}: {}",
-                            config.source,
-                            notes.join("; ")
-                        ),
-                        Err(e) => log!(self.name, "reload refused, nothing changed: {e}"),
-                    }
-                    if let Some(n) = &self.notifier {
-                        let _ = n.ready(&self.status());
-                    }
-                    Response::Synced(outcome)
+                    let (response, line) = self.serve_sync(&config);
+                    log!(self.name, "{line}");
+                    response
                 }
             };
             let _ = pending.reply.send(response);
         }
-    }
-
-    /// One line for the service manager's status.
-    fn status(&self) -> String {
-        format!(
-            "interface {} is up (listening on UDP port {})",
-            self.name, self.state.listen_port
-        )
     }
 
     fn snapshot(&self) -> crate::uapi::DeviceSnapshot {

@@ -16,7 +16,7 @@ use crate::cidr::IpCidr;
 use crate::config::{Config, PathConfig, PeerConfig, Table, Transport};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::uapi::sync::ConfigText;
-use crate::uapi::{PeerUpdate, SetRequest};
+use crate::uapi::{PeerUpdate, Response, SetRequest};
 use braid_io::{netcfg, UdpSocket};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -52,6 +52,31 @@ struct Summary {
 }
 
 impl Daemon {
+    /// Answers a `set=braid` request: the reload, told to the service
+    /// manager (RELOADING=1, then READY=1); also the line for the log.
+    pub(super) fn serve_sync(&mut self, config: &ConfigText) -> (Response, String) {
+        if let Some(n) = &self.notifier {
+            let _ = n.reloading(crate::sd_notify::monotonic_usec());
+        }
+        let outcome = self.sync_config(config);
+        let line = match &outcome {
+            Ok(notes) => format!("reloaded {}: {}", config.source, notes.join("; ")),
+            Err(e) => format!("reload refused, nothing changed: {e}"),
+        };
+        if let Some(n) = &self.notifier {
+            let _ = n.ready(&self.status());
+        }
+        (Response::Synced(outcome), line)
+    }
+
+    /// One line for the service manager's status.
+    fn status(&self) -> String {
+        format!(
+            "interface {} is up (listening on UDP port {})",
+            self.name, self.state.listen_port
+        )
+    }
+
     /// Applies `config` (a whole file) to the running interface; the notes
     /// say what changed and what waits for a restart.
     pub(super) fn sync_config(&mut self, config: &ConfigText) -> Result<Vec<String>, String> {
