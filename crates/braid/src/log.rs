@@ -77,6 +77,12 @@ impl Level {
         order[(at + usize::from(verbose)).min(order.len() - 1)]
     }
 
+    /// How many `-v` lie between `base` and this level (0 when this one
+    /// is not above it).
+    pub fn steps_above(self, base: Level) -> u8 {
+        self.as_u8().saturating_sub(base.as_u8())
+    }
+
     fn from_u8(v: u8) -> Level {
         match v {
             0 => Level::Error,
@@ -350,6 +356,8 @@ mod tests {
         assert_eq!(Level::Info.raised_by(1), Level::Debug);
         assert_eq!(Level::Error.raised_by(1), Level::Warn);
         assert_eq!(Level::Warn.raised_by(200), Level::Debug);
+        assert_eq!(Level::Debug.steps_above(Level::Warn), 2);
+        assert_eq!(Level::Warn.steps_above(Level::Debug), 0);
         for l in [Level::Error, Level::Warn, Level::Info, Level::Debug] {
             assert_eq!(Level::parse(l.name()), Some(l));
             assert_eq!(Level::from_u8(l.as_u8()), l);

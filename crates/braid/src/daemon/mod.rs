@@ -26,6 +26,7 @@ pub mod lines;
 mod os_random;
 mod pmtu;
 pub mod privilege;
+mod reload;
 pub mod routes;
 pub mod tcp_lines;
 
@@ -128,6 +129,7 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         "braid: interface {name} is up (listening on UDP port {})\n",
         daemon.state.listen_port
     ));
+    daemon.notifier = ready.take_notifier();
     crate::info!(
         name,
         "up, listening on UDP port {}",
@@ -141,6 +143,9 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         );
     }
     let result = daemon.event_loop();
+    if let Some(n) = &daemon.notifier {
+        let _ = n.stopping();
+    }
     if let Some(guardian) = daemon.guardian.as_mut() {
         if let Err(e) = guardian.pre_down() {
             crate::error!(name, "PreDown through the privilege guardian: {e}");
@@ -338,6 +343,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         routes: installed,
         guardian,
         events: events::EventWatch::default(),
+        log_raise: req.log_level.steps_above(
+            req.config
+                .as_ref()
+                .and_then(|c| c.interface.log_level)
+                .unwrap_or(crate::log::Level::Info),
+        ),
+        running: req.config.as_ref().map(reload::Running::new),
+        notifier: None,
     };
     Ok((daemon, path))
 }
@@ -396,6 +409,14 @@ struct Daemon {
     routes: routes::Installed,
     guardian: Option<guardian::Guardian>,
     events: events::EventWatch,
+    /// How many levels `-v` raised the config's `LogLevel` by (a reload
+    /// that changes `LogLevel` keeps them).
+    log_raise: u8,
+    /// The config it runs, for `braid syncconf` to compare a file with;
+    /// `None` for an interface configured over the userspace API alone.
+    running: Option<reload::Running>,
+    /// The service manager, told about reloads and the stop.
+    notifier: Option<crate::sd_notify::Notifier>,
 }
 
 impl Daemon {
@@ -544,6 +565,15 @@ impl Daemon {
                     Response::Braid(snap)
                 }
                 Request::Set(set) => self.apply(&set),
+                Request::SetBraid(config) => {
+                    let (response, line) = self.serve_sync(&config);
+                    if matches!(response, Response::Synced(Err(_))) {
+                        crate::warn!(self.name, "{line}");
+                    } else {
+                        crate::info!(self.name, "{line}");
+                    }
+                    response
+                }
             };
             let _ = pending.reply.send(response);
         }

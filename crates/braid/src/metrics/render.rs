@@ -302,7 +302,29 @@ pub const PEER: &[Export] = &[
         US,
         "How long a gap waits for a repair before it is asked for.",
     ),
+counter(
+        "gaps_by_hold",
+        "braid_peer_reorder_gaps_by_hold_total",
+        "Reorder window: gaps given up when their hold ran out.",
+    ),
     counter(
+        "gaps_by_bounds",
+        "braid_peer_reorder_gaps_by_bounds_total",
+        "Reorder window: gaps given up because the window was full.",
+    ),
+    counter(
+        "gaps_by_paths",
+        "braid_peer_reorder_gaps_by_paths_total",
+        "Reorder window: gaps given up at once because every line that could carry them had passed them.",
+    ),
+    Export {
+        show: "gap_wait_us",
+        metric: "braid_peer_reorder_gap_wait_seconds_total",
+        kind: Kind::Counter,
+        scale: US,
+        help: "Reorder window: time the given-up gaps were waited for, summed.",
+    },
+        counter(
         "repairs_asked",
         "braid_peer_repairs_asked_total",
         "Repairs of lost packets asked from the peer.",
