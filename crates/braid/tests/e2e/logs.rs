@@ -201,3 +201,70 @@ fn a_bad_log_level_for_braid_name_is_refused() {
     );
     assert!(!ns.has_link(&name), "an interface was made");
 }
+
+/// `LogLevel` changed in the file and `braid syncconf` (what `systemctl
+/// reload` runs): the new level holds at once, with no restart, and the
+/// reload itself is logged.
+#[test]
+fn a_reload_changes_the_log_level_at_once() {
+    if !preflight(
+        "a_reload_changes_the_log_level_at_once",
+        &["ip", "wg", "ping"],
+    ) {
+        return;
+    }
+    let env = TestEnv::new("logs_reload");
+    let JoinedPair {
+        x,
+        nsa,
+        nsb,
+        va,
+        veth,
+        ..
+    } = env.joined_pair();
+    let (ka, kb) = (wg_keys(), wg_keys());
+    let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
+    let (mut ca, cb) = tunnel_confs(&ka, &kb, x);
+    ca.braid_lines = vec!["LogLevel = error".into()];
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &cb, BraidMode::Daemon);
+    b.assert_up();
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &ca, BraidMode::Daemon);
+    a.assert_up();
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    let log = std::path::PathBuf::from(braid::background::log_path(&ifa));
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !read().contains("up, listening"),
+        "info at LogLevel = error:\n{}",
+        read()
+    );
+
+    ca.braid_lines = vec!["LogLevel = info".into()];
+    let file = env.write(&format!("{ifa}.conf"), &ca.wg_quick());
+    let sync = nsa.run(BRAID, &["syncconf", &ifa, &file.to_string_lossy()], LONG);
+    assert!(sync.ok(), "braid syncconf: {}", sync.describe());
+    // The reload's own line is already at the new level.
+    assert!(
+        wait_until(LONG, || read().contains("log level info")),
+        "the reload was not logged at info:\n{}",
+        read()
+    );
+    nsa.ip(&["link", "set", &va, "down"]).expect_ok("line down");
+    let down = wait_until(LONG, || read().contains("down (was up)"));
+    nsa.ip(&["link", "set", &va, "up"]).expect_ok("line up");
+    assert!(down, "no line down after the reload:\n{}", read());
+    assert!(
+        wait_until(LONG, || read().lines().any(|l| l.contains(" info  ")
+            && l.contains("path endpoint to ")
+            && l.ends_with(" up"))),
+        "no info line for the line coming back:\n{}",
+        read()
+    );
+    println!(
+        "--- {ifa}: LogLevel = error, then info by braid syncconf ---\n{}",
+        read()
+    );
+    a.down();
+    b.down();
+    drop(veth);
+}
