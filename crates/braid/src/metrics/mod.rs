@@ -10,6 +10,7 @@
 //! loop take more snapshots than that. One client is served at a time,
 //! each within [`CLIENT_TIMEOUT`].
 
+mod names;
 mod render;
 
 pub use render::{Exposition, Kind, DEVICE, PEER};
