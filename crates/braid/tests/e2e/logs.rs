@@ -80,20 +80,18 @@ fn levels_journal_format_and_no_secrets() {
         "no rekey logged at debug:\n{}",
         read(&journal)
     );
+    // Down until both sides have said so (each notices on its own).
+    let b_log = std::path::PathBuf::from(braid::background::log_path(&ifb));
     nsa.ip(&["link", "set", &va, "down"]).expect_ok("line down");
-    let down = wait_until(LONG, || read(&journal).contains("down (was up)"));
+    let a_down = wait_until(LONG, || read(&journal).contains("down (was up)"));
+    let b_down = wait_until(LONG, || read(&b_log).contains("down (was up)"));
     nsa.ip(&["link", "set", &va, "up"]).expect_ok("line up");
     assert!(
-        down,
+        a_down,
         "the line going down was not logged:\n{}",
         read(&journal)
     );
-    let b_log = std::path::PathBuf::from(braid::background::log_path(&ifb));
-    assert!(
-        wait_until(LONG, || read(&b_log).contains("down (was up)")),
-        "side b logged no line down:\n{}",
-        read(&b_log)
-    );
+    assert!(b_down, "side b logged no line down:\n{}", read(&b_log));
     let back_up = |text: &str| {
         text.lines()
             .skip_while(|l| !l.contains("down (was up)"))
