@@ -146,6 +146,8 @@ fn quick_and_congestion_control_options() {
     assert_eq!(cases[6].key, best_key("fast", "cubic"));
     assert_eq!(cases[6].run, 1);
     assert!(cases[17].label.contains("run 3/3"), "{}", cases[17].label);
+    assert!(!o.realtime);
+    assert!(opts("--only unequal --realtime").realtime);
     for bad in [
         "--unequal-runs 0",
         "--cc",
