@@ -93,6 +93,14 @@ fn live_minute_beside(idle: u32) -> (u64, usize, usize) {
         net[B].device.set_persistent_keepalive(now, pid, 25);
     }
     net[A].device.set_persistent_keepalive(now, 0, 25);
+    let mut changed = Vec::new();
+    net[B].device.take_changed_peers(&mut changed);
+    assert_eq!(
+        changed.len(),
+        1 + idle as usize,
+        "each peer changed as it was added"
+    );
+    changed.clear();
     let woken_before = net[B].device.peers_woken();
     for _ in 0..600 {
         net.send(A, B, b"ping");
@@ -100,6 +108,10 @@ fn live_minute_beside(idle: u32) -> (u64, usize, usize) {
         net.run_for(Duration::from_millis(100));
     }
     let woken = net[B].device.peers_woken() - woken_before;
+    // What a watcher of changes (the daemon's event log) looks at: the
+    // live peer only.
+    net[B].device.take_changed_peers(&mut changed);
+    assert_eq!(changed, [0], "only the live peer changed");
     let delivered = net[A].delivered.len() + net[B].delivered.len();
     let scheduled = usize::from(net[B].device.poll_timeout().is_some());
     (woken, delivered, scheduled)

@@ -382,6 +382,15 @@ impl Device {
         self.peers.with_session()
     }
 
+    /// Moves into `out` the peers that changed (were worked on: traffic,
+    /// timers, handshakes, configuration, removal) since the last call,
+    /// each once, so a watcher (the daemon's event log) compares those
+    /// and not every peer. A removed peer's id comes with no peer behind
+    /// it (or with the next peer that took its slot).
+    pub fn take_changed_peers(&mut self, out: &mut Vec<PeerId>) {
+        self.peers.take_changed(out);
+    }
+
     /// Peers `handle_timeout` woke since the device was made: one per
     /// due deadline, however many peers are idle (what the simulator's
     /// many-peer cases count).

@@ -170,6 +170,10 @@ pub struct PeerTable {
     interface_mtu: Option<(usize, usize)>,
     /// Peers whose deadlines `handle_timeout` took out, ever.
     pub(super) woken: u64,
+    /// Peers settled since the last [`take_changed`](Self::take_changed),
+    /// once each: what a watcher of changes looks at instead of every peer.
+    changed: Vec<PeerId>,
+    is_changed: Vec<bool>,
 }
 
 impl Index<PeerId> for PeerTable {
@@ -231,6 +235,7 @@ impl PeerTable {
                 self.is_touched.push(false);
                 self.session_position.push(None);
                 self.mtu_says.push(PathMtuSays::Nothing);
+                self.is_changed.push(false);
                 self.slots.len() - 1
             }
         };
@@ -281,6 +286,9 @@ impl PeerTable {
     pub fn settle(&mut self) {
         while let Some(pid) = self.touched.pop() {
             self.is_touched[pid] = false;
+            if !std::mem::replace(&mut self.is_changed[pid], true) {
+                self.changed.push(pid);
+            }
             let peer = self.slots[pid].as_ref();
             let (deadline, session) = (peer.and_then(deadline_of), peer.is_some_and(has_session));
             let says = peer.map_or(PathMtuSays::Nothing, PathMtuSays::of);
@@ -296,6 +304,16 @@ impl PeerTable {
                 p.mtu_limit = limit;
             }
         }
+    }
+
+    /// Moves the peers changed since the last call into `out` (each
+    /// once; a removed peer's slot too).
+    pub fn take_changed(&mut self, out: &mut Vec<PeerId>) {
+        self.settle();
+        for &pid in &self.changed {
+            self.is_changed[pid] = false;
+        }
+        out.append(&mut self.changed);
     }
 
     fn mtu_limit_of(&self, says: PathMtuSays) -> Option<usize> {

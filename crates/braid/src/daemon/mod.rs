@@ -510,7 +510,7 @@ impl Daemon {
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
                 self.shared.follow_path_mtu(&self.name);
-                self.events.look(&self.shared.device(), &self.name);
+                self.events.look(&mut self.shared.device(), &self.name);
             }
             self.write_released(now)?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
