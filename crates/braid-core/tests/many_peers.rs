@@ -256,3 +256,43 @@ fn removing_peers_one_by_one_leaves_the_others_prefixes() {
         999
     );
 }
+
+/// One peer's AllowedIPs listed from what it was given come in the table's
+/// order (IPv4 first, by address, shorter first), as one walk of the table
+/// lists them, whatever order they were added in.
+#[test]
+fn a_peers_own_listing_is_in_the_tables_order() {
+    let mut d = device(1);
+    let pid = d.add_peer(key(1)).unwrap();
+    let other = d.add_peer(key(2)).unwrap();
+    let given: [(&str, u8); 8] = [
+        ("2001:db8::1", 128),
+        ("198.19.7.9", 32),
+        ("198.19.0.0", 16),
+        ("2001:db8::", 32),
+        ("198.18.0.0", 15),
+        ("198.19.7.0", 24),
+        ("198.19.7.200", 24),
+        ("2001:db8:1::", 48),
+    ];
+    for (addr, prefix) in given {
+        d.add_allowed_ip(pid, addr.parse().unwrap(), prefix)
+            .unwrap();
+    }
+    // One of them moves to the other peer.
+    d.add_allowed_ip(other, "2001:db8::".parse().unwrap(), 32)
+        .unwrap();
+    let walked = d
+        .peer_infos()
+        .into_iter()
+        .find(|(p, _)| *p == pid)
+        .unwrap()
+        .1
+        .allowed_ips;
+    assert_eq!(d.allowed_ips_of(pid), walked);
+    assert_eq!(walked.len(), 6, "{walked:?}");
+    assert_eq!(
+        d.allowed_ips_of(other),
+        d.peer_info(other).unwrap().allowed_ips
+    );
+}

@@ -47,6 +47,7 @@ mod pmtu;
 mod rate;
 mod receive;
 mod repair;
+mod route_memo;
 mod send;
 mod state;
 mod table;
@@ -156,6 +157,8 @@ impl Device {
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
             scratch_due: Vec::new(),
+            send_route: route_memo::RouteMemo::default(),
+            receive_route: route_memo::RouteMemo::default(),
             handshake_window: (now, 0),
             handshake_budget: MAX_HANDSHAKES_PER_BATCH,
             source_limiter: SourceRateLimiter::new(),
@@ -533,10 +536,7 @@ impl Device {
     }
 
     pub fn peer_info(&self, pid: PeerId) -> Option<PeerInfo> {
-        Some(Self::info_of(
-            self.peer(pid)?,
-            self.allowed.entries_for(pid),
-        ))
+        Some(Self::info_of(self.peer(pid)?, self.allowed_ips_of(pid)))
     }
 
     /// [`peer_info`](Self::peer_info) of every peer, in `peer_ids` order,
@@ -553,15 +553,23 @@ impl Device {
             .collect()
     }
 
-    /// The AllowedIPs of the peers with ids in `ids`, by peer, from one
-    /// walk of the table: a listing of every peer in parts (a streamed
-    /// `get`) walks it once per part, not once per peer.
-    pub fn allowed_ips_of_range(
-        &self,
-        ids: std::ops::Range<PeerId>,
-    ) -> HashMap<PeerId, Vec<(IpAddr, u8)>> {
-        self.allowed
-            .entries_by_value_where(|pid| ids.contains(&pid))
+    /// The AllowedIPs of one peer, in the table's order (IPv4 first, by
+    /// address, shorter prefixes first), from what the peer was given:
+    /// one lookup each, not a walk of the table (listing every peer of a
+    /// streamed `get` is then linear).
+    pub fn allowed_ips_of(&self, pid: PeerId) -> Vec<(IpAddr, u8)> {
+        let Some(p) = self.peer(pid) else {
+            return Vec::new();
+        };
+        let mut ips: Vec<(IpAddr, u8)> = p
+            .prefixes
+            .iter()
+            .copied()
+            .filter(|&(addr, prefix)| self.allowed.get_exact(addr, prefix) == Some(pid))
+            .collect();
+        ips.sort_unstable_by_key(|&(addr, prefix)| (addr.is_ipv6(), addr, prefix));
+        ips.dedup();
+        ips
     }
 
     /// Peer ids are below this (slots, taken or free).

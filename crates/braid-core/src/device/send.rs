@@ -25,14 +25,6 @@ fn padded_len(len: usize, mtu: usize) -> usize {
     rounded.min(mtu).max(len)
 }
 
-/// The peer an IP packet is for, by its destination address.
-fn destination_peer(device: &Device, packet: &[u8]) -> Option<PeerId> {
-    match Ip::new(packet)? {
-        Ip::V4(h) => device.allowed.lookup_v4(h.dst()),
-        Ip::V6(h) => device.allowed.lookup_v6(h.dst()),
-    }
-}
-
 impl Device {
     /// Turns every IP packet of `batch` (read from the TUN at offset
     /// `HEADROOM`) into a data message for its peer, in place. Packets that
@@ -55,6 +47,7 @@ impl Device {
         jobs: &mut CryptoJobs,
     ) {
         jobs.clear();
+        self.send_route.forget();
         for i in 0..batch.len() {
             let (buf, offset, len) = batch.slot_parts_mut(i);
             if len == 0 {
@@ -62,7 +55,10 @@ impl Device {
             }
             debug_assert_eq!(offset, HEADROOM, "TUN packets are read at HEADROOM");
             let packet = &buf[offset..offset + len];
-            let Some(pid) = destination_peer(self, packet) else {
+            // The peer the packet is for, by its destination address.
+            let destination =
+                Ip::new(packet).and_then(|ip| self.send_route.lookup(&self.allowed, &ip, false));
+            let Some(pid) = destination else {
                 self.counters.no_route = self.counters.no_route.saturating_add(1);
                 batch.consume(i);
                 continue;

@@ -123,6 +123,10 @@ pub struct Device {
     pub(super) reorder_ready: Vec<PeerId>,
     /// The peers `handle_timeout` found due, reused call to call.
     pub(super) scratch_due: Vec<PeerId>,
+    /// The batch's last AllowedIPs answers, for packets to and from the
+    /// same address (see `route_memo`).
+    pub(super) send_route: super::route_memo::RouteMemo,
+    pub(super) receive_route: super::route_memo::RouteMemo,
     pub(super) handshake_window: (Instant, u32),
     /// Handshakes the batch being received may still spend DH work on.
     pub(super) handshake_budget: u32,
