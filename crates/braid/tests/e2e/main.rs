@@ -20,6 +20,7 @@ mod two_lines;
 mod aggregate;
 mod bench_crypto;
 mod bench_lines_mptcp;
+mod bench_peers;
 mod bench_tunnel;
 mod checksums;
 mod compression;

@@ -177,6 +177,14 @@ pub fn table(o: &Options, r: &Results) -> String {
         for s in &r.storms {
             let _ = writeln!(t, "| {} |", storm_cells(s).join(" | "));
         }
+        for s in r.storms.iter().filter(|s| !s.server_counters.is_empty()) {
+            let counted: Vec<String> = s
+                .server_counters
+                .iter()
+                .map(|(name, n)| format!("{name} {n}"))
+                .collect();
+            let _ = writeln!(t, "\n{}'s server counted: {}", s.vpn, counted.join(", "));
+        }
     }
     for f in &r.failures {
         let what = f
@@ -223,6 +231,9 @@ pub fn json(o: &Options, r: &Results) -> serde_json::Value {
             "cookie_replies": s.figures.cookie_replies,
             "responses_refused": s.figures.responses_refused,
             "server_cpu_s": s.server_cpu_s,
+            "server_counters": s.server_counters.iter()
+                .map(|(name, n)| (name.to_string(), json!(n)))
+                .collect::<serde_json::Map<_, _>>(),
         })).collect::<Vec<_>>(),
         "failures": r.failures.iter().map(|f| json!({
             "vpn": f.vpn, "idle_peers": f.idle_peers, "why": f.why,
@@ -340,6 +351,7 @@ mod tests {
                     elapsed: Duration::from_secs(8),
                 },
                 server_cpu_s: 4.0,
+                server_counters: vec![("handshake_over_budget", 12)],
             }],
             failures: vec![Failure {
                 vpn: "wireguard-go",
@@ -354,6 +366,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("Targets (issue 22):"));
+        assert!(t.contains("braid's server counted: handshake_over_budget 12"));
         assert!(t.contains("not measured: wireguard-go with 100000 idle peers: wg setconf failed"));
         let j = json(&options(&[0]), &r);
         assert_eq!(j["handshakes"][0]["per_second"], 1250.0);

@@ -44,7 +44,19 @@ pub struct Storm {
     pub figures: HandshakeFigures,
     /// The server's CPU seconds while it lasted.
     pub server_cpu_s: f64,
+    /// What braid's server counted about the handshakes it did not
+    /// answer (`braid show`: cookie replies, over the batch's budget,
+    /// rate limited, flood dropped); empty for wireguard-go.
+    pub server_counters: Vec<(&'static str, u64)>,
 }
+
+/// braid's device counters that say why an initiation got no response.
+const STORM_COUNTERS: [&str; 4] = [
+    "cookie_replies_sent",
+    "handshake_over_budget",
+    "handshake_rate_limited",
+    "handshake_flood_dropped",
+];
 
 /// A row or storm that could not be measured, and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -356,10 +368,23 @@ fn measure_storm(vpn: &Vpn, o: &Options) -> LabResult<Storm> {
         .join()
         .map_err(|_| "the initiators' thread panicked".to_string())??;
     let server_cpu_s = process_cpu_seconds(server_pid)? - cpu_before;
+    let mut server_counters = Vec::new();
+    if *vpn == Vpn::Braid {
+        let mut show = lab.braid_in(&s);
+        show.args(["show", &server_if, "--json"]);
+        let out = run_bounded(show, lab::process::SHORT);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+        for name in STORM_COUNTERS {
+            if let Some(n) = lab::braid::extra_counter(&v["extra"], name) {
+                server_counters.push((name, n));
+            }
+        }
+    }
     Ok(Storm {
         vpn: vpn.name(),
         figures,
         server_cpu_s,
+        server_counters,
     })
 }
 
