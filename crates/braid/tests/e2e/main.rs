@@ -24,6 +24,7 @@ mod bench_tunnel;
 mod checksums;
 mod compression;
 mod crypto_helpers;
+mod cryptokey_routing;
 mod doctor;
 mod doctor_paths;
 mod fail_closed;
