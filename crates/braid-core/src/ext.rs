@@ -45,8 +45,9 @@ const REPAIR_LEN: usize = 1 + 8 + 2;
 
 pub use crate::path::Delivery;
 
-/// The largest padded payload (a PMTU probe for a jumbo-frame line).
-pub const MAX_PADDED_PAYLOAD: usize = 9216;
+/// The largest padded payload: a PMTU probe of the largest size searched
+/// (its datagram then is the largest UDP payload there is).
+pub const MAX_PADDED_PAYLOAD: usize = crate::pmtud::MAX_PLPMTU;
 /// A PMTU probe's or ack's fields: kind, path, seq, size.
 pub const PMTU_LEN: usize = 1 + 1 + 4 + 2;
 

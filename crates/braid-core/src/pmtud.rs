@@ -34,8 +34,14 @@ pub const MIN_PLPMTU: usize = 1280;
 /// Where the search starts: WireGuard's default tunnel MTU (a 1500-byte
 /// line minus the 80 bytes of IPv6 + UDP + WireGuard).
 pub const BASE_PLPMTU: usize = 1420;
-/// The largest tunnel MTU searched for (a 9000-byte jumbo frame line).
-pub const MAX_PLPMTU: usize = 9000 - UDP_IPV4_OVERHEAD - WG_OVERHEAD;
+/// The largest UDP payload there is: an IP packet is at most 65 535 bytes
+/// (IPv4 counts its header in that, IPv6 only its payload; both are held
+/// to the IPv4 figure, so one limit serves either family).
+pub const MAX_UDP_PAYLOAD: usize = 65535 - UDP_IPV4_OVERHEAD;
+/// The largest tunnel MTU searched for: the largest inner packet one UDP
+/// datagram carries (65 475; a line of that MTU is loopback's, or a
+/// jumbo one beyond 9000).
+pub const MAX_PLPMTU: usize = MAX_UDP_PAYLOAD - WG_OVERHEAD;
 /// Unanswered probes in a row after which a size counts as not fitting.
 pub const MAX_PROBES: u8 = 3;
 /// How long a probe waits for its acknowledgement, at least and at most
@@ -412,7 +418,11 @@ pub fn max_for_link(link_mtu: usize, ipv6_outer: bool) -> usize {
     } else {
         UDP_IPV4_OVERHEAD
     };
-    link_mtu.saturating_sub(outer + WG_OVERHEAD)
+    // Loopback's 65 536 carries no datagram bigger than UDP allows.
+    link_mtu
+        .saturating_sub(outer)
+        .min(MAX_UDP_PAYLOAD)
+        .saturating_sub(WG_OVERHEAD)
 }
 
 /// How long to wait for a probe's acknowledgement on a path with this

@@ -605,6 +605,10 @@ impl Device {
                 if packet.is_empty() {
                     continue; // a keepalive's or refused packet's place
                 }
+                if crate::batch::HEADROOM + packet.len() > out.stride() {
+                    self.counters.slot_too_small = self.counters.slot_too_small.saturating_add(1);
+                    continue;
+                }
                 out.push_with(
                     crate::batch::HEADROOM,
                     SocketAddr::from(([0, 0, 0, 0], 0)),

@@ -8,7 +8,7 @@ use crate::batch::PacketBatch;
 use crate::ext::{ExtMessage, PmtuBody, MAX_PADDED_PAYLOAD};
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
 use crate::peer::PeerId;
-use crate::pmtud::{self, max_for_link};
+use crate::pmtud::{self, max_for_link, MAX_PLPMTU};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -60,7 +60,7 @@ impl Device {
                 body: PmtuBody {
                     path: i as u8, // i < MAX_PATHS
                     seq: req.seq,
-                    // Sizes are at most MAX_PLPMTU; the cap (9216) fits u16.
+                    // Sizes are at most MAX_PLPMTU (65 475): they fit the u16.
                     size: req.size.min(MAX_PADDED_PAYLOAD) as u16,
                 },
             });
@@ -138,8 +138,17 @@ impl Device {
         v
     }
 
-    /// The local line of a path has MTU `link_mtu`: the ceiling of its search.
-    pub fn set_path_link_mtu(&mut self, now: Instant, route: PathRoute, link_mtu: usize) {
+    /// The local line of a path has MTU `link_mtu`: the ceiling of its
+    /// search, which looks no further than `largest` either (the tunnel
+    /// MTU that could use it: a size the interface never sends is not
+    /// worth probing, and its probe would not fit the driver's slots).
+    pub fn set_path_link_mtu(
+        &mut self,
+        now: Instant,
+        route: PathRoute,
+        link_mtu: usize,
+        largest: usize,
+    ) {
         let Some(path) = self.peers[route.pid]
             .as_mut()
             .and_then(|p| p.paths.get_mut(route.path))
@@ -147,8 +156,8 @@ impl Device {
         else {
             return;
         };
-        path.pmtu
-            .set_max(now, max_for_link(link_mtu, route.remote.is_ipv6()));
+        let max = max_for_link(link_mtu, route.remote.is_ipv6()).min(largest);
+        path.pmtu.set_max(now, max);
     }
 
     /// Caps WireGuard's padding at `mtu` (the path MTU target): a packet
@@ -195,6 +204,24 @@ impl Device {
             .unwrap_or(default)
     }
 
+    /// The largest packet a braid peer's live paths are known to carry:
+    /// the smallest size one of them confirmed while a bigger one failed.
+    /// `None` while nothing failed: a search still under way refuses no
+    /// packet (an ICMP "too big" from it would lower the sender's path MTU
+    /// for minutes, below what the path turns out to carry).
+    fn peer_known_limit(p: &crate::peer::Peer) -> Option<usize> {
+        if !p.speaks_braid() {
+            return None;
+        }
+        let any_up = p.paths.iter().any(|path| path.is_up());
+        p.paths
+            .iter()
+            .filter(|path| path.is_up() || !any_up)
+            .filter(|path| path.pmtu.bounds().1.is_some())
+            .map(|path| path.pmtu.plpmtu())
+            .min()
+    }
+
     /// The interface MTU: the largest any peer's paths carry now (`default`
     /// when no peer says anything). Each peer whose paths carry less gets
     /// that as its limit: a longer packet to it is answered with ICMP "too
@@ -202,7 +229,21 @@ impl Device {
     /// router does for a route with a smaller MTU. So one peer with a poor
     /// path, or one that ignores path MTU probes, lowers only its own
     /// packets, not the interface for every peer.
-    pub fn refresh_path_mtus(&mut self, default: usize) -> usize {
+    ///
+    /// `fixed`: the interface MTU is `default` whatever the paths say
+    /// (`MTU =`, or set by whoever drives the interface); then a peer is
+    /// limited below it only by what its paths were seen not to carry, and
+    /// every peer by what one UDP datagram carries (`MAX_PLPMTU`).
+    pub fn refresh_path_mtus(&mut self, default: usize, fixed: bool) -> usize {
+        if fixed {
+            // Nothing longer than one datagram carries goes to anyone.
+            for p in self.peers.iter_mut().flatten() {
+                p.mtu_limit =
+                    Some(Self::peer_known_limit(p).map_or(MAX_PLPMTU, |m| m.min(MAX_PLPMTU)))
+                        .filter(|&m| m < default);
+            }
+            return default;
+        }
         let interface = self
             .peers
             .iter()

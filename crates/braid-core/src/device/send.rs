@@ -253,6 +253,14 @@ impl Device {
                         None => break,
                     },
                 };
+                if DATA_MIN_LEN + padded_len(packet.len(), mtu) > out.stride() {
+                    self.counters.slot_too_small = self.counters.slot_too_small.saturating_add(1);
+                    match p.rate_limit.as_mut() {
+                        Some(r) if shaped => r.outbound.recycle(packet),
+                        _ => p.recycle(packet),
+                    }
+                    continue;
+                }
                 let kp = p.keypairs.current.as_mut().expect("checked above");
                 let mut sent = 0;
                 out.push_with(0, UNSPECIFIED, |b| {

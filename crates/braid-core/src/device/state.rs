@@ -47,6 +47,10 @@ pub struct DeviceCounters {
     pub too_big_queue_full: u64,
     /// Packets a reorder window could not take (its ready queue was full).
     pub reorder_overflow: u64,
+    /// Packets dropped because the batch the driver handed over had slots
+    /// too small for them (it sizes its slots for the MTU; this counts the
+    /// packets that came before it grew them).
+    pub slot_too_small: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

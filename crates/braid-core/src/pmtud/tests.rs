@@ -376,7 +376,10 @@ fn absurd_ceilings_are_clamped() {
         );
     }
     assert_eq!(max_for_link(0, true), 0);
-    assert_eq!(max_for_link(usize::MAX, false), usize::MAX - 60);
+    assert_eq!(max_for_link(usize::MAX, false), 65535 - 60);
+    assert_eq!(max_for_link(65536, false), 65475);
+    assert_eq!(max_for_link(65536, true), 65536 - 80);
+    assert_eq!(max_for_link(9000, true), 9000 - 80);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! scratch arrays from [`UdpSocket`](super::UdpSocket).
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[derive(Debug)]
 pub(super) struct SocketFd {
@@ -16,6 +16,9 @@ pub(super) struct SocketFd {
     pub(super) gso: AtomicBool,
     /// The kernel may coalesce received datagrams (UDP_GRO is set).
     pub(super) gro: AtomicBool,
+    /// The longest datagram found too long for a batch's slots since the
+    /// owner last asked (0: none); see `UdpSocket::take_oversize`.
+    pub(super) oversize: AtomicUsize,
 }
 
 impl SocketFd {

@@ -27,7 +27,7 @@ use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -159,6 +159,7 @@ impl UdpSocket {
                 dropped: AtomicU64::new(0),
                 gso: AtomicBool::new(gso),
                 gro: AtomicBool::new(gro),
+                oversize: AtomicUsize::new(0),
             },
             rx: Mutex::new(RxScratch::default()),
             tx: Mutex::new(TxScratch::default()),
@@ -231,13 +232,24 @@ impl UdpSocket {
     ///
     /// Each datagram fills its slot from offset 0 (up to the whole stride)
     /// and carries its source address. A datagram longer than the stride
-    /// leaves its slot empty (`len == 0`).
+    /// leaves its slot empty (`len == 0`), or with GRO ends the batch once
+    /// to wait for bigger slots; [`take_oversize`](Self::take_oversize)
+    /// tells how big they must be.
     ///
     /// With GRO a full batch may leave datagrams behind in the socket's
     /// scratch ([`has_pending`](Self::has_pending)); the next call returns
     /// them first.
     pub fn recv_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
         self.sock.recv_into(&mut lock(&self.rx), batch, None)
+    }
+
+    /// The length of the longest datagram that the receives since the last
+    /// call found too long for the batch's slots. With GRO the first such
+    /// datagram waits: the next [`recv_batch`](Self::recv_batch) delivers
+    /// it first if that batch's slots hold it, and drops it if not.
+    /// Without GRO it was dropped. Either way, size the slots for it.
+    pub fn take_oversize(&self) -> Option<usize> {
+        Some(self.sock.oversize.swap(0, Ordering::Relaxed)).filter(|&len| len > 0)
     }
 
     /// Connects the socket to `to` (connect(2)): the kernel then delivers

@@ -101,6 +101,13 @@ impl Lines {
         self.sockets[line].recv(line as u16, batch)
     }
 
+    /// The longest datagram line `line` last found too long for the
+    /// batch's slots (see `UdpSocket::take_oversize`; TCP lines take
+    /// frames of any length).
+    pub fn take_oversize(&self, line: usize) -> Option<usize> {
+        self.sockets[line].udp()?.take_oversize()
+    }
+
     /// Sends a batch, each datagram (and copy) on the line it names.
     pub fn send(&self, batch: &PacketBatch) -> io::Result<()> {
         if self.sockets.len() == 1 {

@@ -33,14 +33,20 @@ const CEILING_REFRESH: Duration = Duration::from_secs(5);
 /// into a flood of answers).
 const ANSWER_BURST: f64 = 20.0;
 const ANSWERS_PER_SECOND: f64 = 100.0;
+/// The largest TUN MTU braid sets by itself, following the paths: a
+/// 9000-byte jumbo line's, over IPv4. Beyond it the MTU is the user's to
+/// set (`MTU =`, up to 65535).
+pub const AUTO_CEILING: usize = 9000 - 60;
 /// Answers per batch slot: room for the largest (an ICMPv6 of 1280 bytes).
 const ANSWER_SLOT: usize = 1280 + HEADROOM + 64;
 
 pub struct PathMtu {
     /// The config fixes no `MTU =`: the TUN MTU follows the paths.
     auto: bool,
-    /// The MTU used when no path says anything: the configured or default one.
-    default: u32,
+    /// The MTU used when no path says anything: the configured or default
+    /// one; with the MTU fixed, the interface's as last set (wg-quick, or
+    /// `ip link set … mtu` where the interface is).
+    default: AtomicU32,
     /// Inner packets longer than this are answered as too big (0: no limit
     /// known yet). Read per batch by the outbound thread.
     limit: AtomicU32,
@@ -78,7 +84,7 @@ impl PathMtu {
     pub fn new(configured: Option<u32>, mtu: u32, batch: usize) -> PathMtu {
         PathMtu {
             auto: configured.is_none(),
-            default: mtu,
+            default: AtomicU32::new(mtu),
             limit: AtomicU32::new(0),
             applied: AtomicU32::new(mtu),
             refused: AtomicU32::new(0),
@@ -105,9 +111,31 @@ impl PathMtu {
     /// and answers longer packets to a peer whose paths carry less itself
     /// (see [`PathMtu::write_peer_answers`]).
     pub fn target(&self, device: &mut Device) -> u32 {
-        let target = device.refresh_path_mtus(self.default as usize);
+        let default = self.default.load(Ordering::Relaxed) as usize;
+        let target = device.refresh_path_mtus(default, !self.auto);
         device.set_padding_cap(target);
         capped_mtu(target)
+    }
+
+    /// The interface MTU is `mtu` now. With the MTU fixed that is what
+    /// the paths are held to (and searched up to); either way the lines'
+    /// ceilings are looked up again at once.
+    pub fn interface_mtu_set(&self, mtu: u32) {
+        if !self.auto {
+            self.default.store(mtu, Ordering::Relaxed);
+        }
+        *self.next_refresh.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The largest size each path's search looks for: with the MTU fixed,
+    /// the interface's (a bigger one is never sent); following the paths,
+    /// [`AUTO_CEILING`] (what braid sets the TUN to by itself).
+    pub fn search_ceiling(&self) -> usize {
+        if self.auto {
+            AUTO_CEILING
+        } else {
+            self.default.load(Ordering::Relaxed) as usize
+        }
     }
 
     /// Writes the device's ICMP "too big" answers (packets too long for

@@ -33,6 +33,7 @@ mod full_tunnel;
 mod handshake_flood;
 mod interop;
 mod ipv6;
+mod large_mtu;
 mod mss;
 mod multipath;
 mod netem;
