@@ -213,12 +213,16 @@ impl Peer {
         self.remote.public
     }
 
-    /// What `wg show` calls the endpoint: the first live path's remote
-    /// address, else the primary path's.
+    /// What `wg show` calls the endpoint: the first live configured path's
+    /// remote address, else the newest live learned one's (where the peer
+    /// was heard from last: it roamed there), else the primary path's.
     pub fn endpoint(&self) -> Option<SocketAddr> {
+        let live = |p: &&Path| p.is_up();
         self.paths
             .iter()
-            .find(|p| p.is_up())
+            .filter(|p| p.configured)
+            .find(live)
+            .or_else(|| self.paths.iter().rev().filter(|p| !p.configured).find(live))
             .or(self.paths.first())
             .map(|p| p.remote)
     }
@@ -250,9 +254,28 @@ impl Peer {
             .position(|p| p.line == line && p.remote == remote)
     }
 
+    /// The live configured path on `line` when a braid peer's datagram from
+    /// `remote` comes from none of its paths: the peer still sends to where
+    /// we were (we changed the endpoint, or our address) while the path the
+    /// user gave works. Such a stranger is not learned and its probes are
+    /// not answered, so the peer's path there dies instead of both sides
+    /// keeping each other's stale path alive; a configured path that does
+    /// not work gives way to a learned one (a peer behind a NAT, or one
+    /// that moved).
+    pub fn stranger_on(&self, line: u16, remote: SocketAddr) -> Option<usize> {
+        if !self.speaks_braid() || self.find_path(line, remote).is_some() {
+            return None;
+        }
+        self.paths
+            .iter()
+            .position(|p| p.configured && p.line == line && p.is_up())
+    }
+
     /// An authenticated datagram arrived from `remote` on `line`: account it
     /// to its path, learning the path (braid peers) or roaming the primary
-    /// path (stock WireGuard peers, as WireGuard does). Returns the path.
+    /// path (stock WireGuard peers, as WireGuard does). Returns the path
+    /// (for a stranger, see [`stranger_on`](Self::stranger_on), the
+    /// configured path on its line, which it does not keep alive).
     pub fn authenticated_rx(
         &mut self,
         now: Instant,
@@ -260,6 +283,9 @@ impl Peer {
         remote: SocketAddr,
         bytes: usize,
     ) -> usize {
+        if let Some(configured) = self.stranger_on(line, remote) {
+            return configured;
+        }
         let idx = match self.find_path(line, remote) {
             Some(i) => i,
             None if self.speaks_braid() || self.paths.is_empty() => {

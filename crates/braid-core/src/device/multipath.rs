@@ -208,6 +208,9 @@ impl Device {
         }
         let first_news = !p.speaks_braid();
         p.braid_session = Some(receiver);
+        // Probes from where we no longer are go unanswered (see
+        // `Peer::stranger_on`).
+        let stranger = p.stranger_on(line, src).is_some();
         let at = p.authenticated_rx(now, line, src, datagram.len());
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
@@ -222,6 +225,7 @@ impl Device {
                     p.hellos_left = p.hellos_left.max(1);
                 }
             }
+            ExtMessage::Probe(_) | ExtMessage::PmtuProbe(_) if stranger => {}
             ExtMessage::Probe(b) => {
                 let now_us = self.mono_us(now);
                 let p = self.peers[pid].as_mut().expect("checked above");

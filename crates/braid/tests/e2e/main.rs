@@ -43,5 +43,6 @@ mod pmtu;
 mod privilege;
 mod rate_limit;
 mod resource_bounds;
+mod roaming;
 mod soak;
 mod tcp_transport;
