@@ -303,3 +303,62 @@ fn a_datagram_longer_than_the_slots_waits_for_bigger_ones_or_is_reported() {
     assert_eq!(b.take_oversize(), Some(34_768));
     assert!(!b.has_pending());
 }
+
+/// Which of our addresses a datagram arrived at comes with it (loopback
+/// answers to all of 127/8), and a datagram leaves from the local address
+/// its slot names; one that is not ours leaves from the routing table's
+/// pick instead, and is reported.
+#[test]
+fn local_addresses_in_and_out() {
+    use braid_core::batch::LocalAddr;
+    let a = UdpSocket::bind(0).unwrap();
+    let b = UdpSocket::bind(0).unwrap();
+    let local = |ip: &str| LocalAddr {
+        ip: Some(ip.parse().unwrap()),
+        ifindex: 0,
+    };
+    // In: a writes to b at 127.0.0.2 and at 127.0.0.1.
+    let mut out = PacketBatch::new(4, 2048);
+    for (i, to) in ["127.0.0.2", "127.0.0.1"].into_iter().enumerate() {
+        let to = SocketAddr::new(to.parse().unwrap(), b.local_port());
+        out.push_with(0, to, |buf| payload(i, buf));
+    }
+    assert_eq!(a.send_batch(&out).unwrap(), 2);
+    let mut batch = PacketBatch::new(8, 2048);
+    let mut arrived = Vec::new();
+    while arrived.len() < 2 {
+        wait_readable(&b);
+        let n = b.recv_batch(&mut batch).unwrap();
+        arrived.extend((0..n).map(|i| (check(batch.packet(i)), batch.local(i).ip)));
+    }
+    arrived.sort_by_key(|a| a.0);
+    assert_eq!(
+        arrived,
+        [
+            (0, Some("127.0.0.2".parse().unwrap())),
+            (1, Some("127.0.0.1".parse().unwrap()))
+        ]
+    );
+    // Out: b answers from 127.0.0.3, then (not an address of this host)
+    // from 198.18.254.254, which leaves from the routing table's pick.
+    let to_a = SocketAddr::new(V4, a.local_port());
+    for (i, from, seen) in [
+        (2, "127.0.0.3", "127.0.0.3"),
+        (3, "198.18.254.254", "127.0.0.1"),
+    ] {
+        let mut out = PacketBatch::new(2, 2048);
+        out.push_with(0, to_a, |buf| payload(i, buf));
+        out.set_local(0, local(from));
+        assert_eq!(b.send_batch(&out).unwrap(), 1, "from {from}");
+        let got = recv_n(&a, 1, 4);
+        assert_eq!(
+            got[0],
+            (i, SocketAddr::new(seen.parse().unwrap(), b.local_port()))
+        );
+    }
+    assert_eq!(
+        b.take_refused_sources(),
+        ["198.18.254.254".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert!(b.take_refused_sources().is_empty(), "reported once");
+}

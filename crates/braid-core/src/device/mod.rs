@@ -49,6 +49,7 @@ mod receive;
 mod repair;
 mod send;
 mod state;
+mod sticky;
 
 pub use jobs::{CryptoJobs, CryptoPart};
 pub use pmtu::PathRoute;
@@ -166,6 +167,7 @@ impl Device {
             rekey_after_time: crate::consts::REKEY_AFTER_TIME,
             compression: crate::compress::CompressionPolicy::Off,
             lz4: crate::compress::Lz4::new(),
+            sticky: Default::default(),
             counters: DeviceCounters::default(),
         }
     }

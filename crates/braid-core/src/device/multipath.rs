@@ -2,6 +2,7 @@
 //! to find out whether the peer speaks braid, and probing every path.
 
 use super::state::{Device, IndexEntry};
+use crate::batch::LocalAddr;
 use crate::consts::REJECT_AFTER_TIME;
 use crate::ext::{self, ExtMessage, ProbeBody};
 use crate::messages::{self, DATA_HEADER_LEN, DATA_MIN_LEN};
@@ -173,6 +174,7 @@ impl Device {
         now: Instant,
         line: u16,
         src: SocketAddr,
+        local: LocalAddr,
         datagram: &mut [u8],
     ) {
         if !self.extensions {
@@ -214,6 +216,7 @@ impl Device {
         let at = p.authenticated_rx(now, line, src, datagram.len());
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
+        self.note_local_address(line, src, local);
         if slot == SlotName::Next {
             self.confirm_session(now, pid);
         }

@@ -134,6 +134,7 @@ impl Device {
             }
             self.after_data_sent(now, pid, datagram_len);
         }
+        self.set_local_addresses(batch);
     }
 
     /// Timers and counters after a data message left; may start a rekey.
@@ -210,6 +211,13 @@ impl Device {
     /// packets staged until a session existed. Returns true while more is
     /// waiting (call again with an emptied batch).
     pub fn poll_transmit(&mut self, now: Instant, out: &mut PacketBatch) -> bool {
+        let more = self.fill_transmit(now, out);
+        self.set_local_addresses(out);
+        more
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) but for the local addresses.
+    fn fill_transmit(&mut self, now: Instant, out: &mut PacketBatch) -> bool {
         while !out.is_full() {
             let Some(c) = self.control.pop_front() else {
                 break;

@@ -143,5 +143,7 @@ pub struct Device {
     /// The interface's `Compression =` and the compressor's buffers.
     pub(super) compression: crate::compress::CompressionPolicy,
     pub(super) lz4: crate::compress::Lz4,
+    /// Where datagrams to each (line, remote) leave from (`sticky`).
+    pub(super) sticky: super::sticky::StickySources,
     pub counters: DeviceCounters,
 }

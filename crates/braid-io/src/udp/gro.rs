@@ -28,7 +28,9 @@ use braid_core::batch::PacketBatch;
 
 use super::cmsg::{arrival_time, gro_segment, CmsgBuf};
 use super::fd::SocketFd;
+use super::pktinfo;
 use crate::sockaddr::{decode_addr, UNSPECIFIED};
+use braid_core::batch::LocalAddr;
 
 /// Scratch buffers for coalesced messages, i.e. messages per `recvmmsg`
 /// with GRO on.
@@ -44,6 +46,8 @@ struct Coalesced {
     /// Bytes per datagram (the last may be shorter); `len` for a single one.
     segment: usize,
     addr: SocketAddr,
+    /// Which of our addresses it was sent to.
+    local: LocalAddr,
     time: Option<SystemTime>,
     /// The kernel cut it short: one empty slot stands for it.
     truncated: bool,
@@ -120,6 +124,7 @@ impl Pending {
                 batch.slot_buf_mut(i)[..kept]
                     .copy_from_slice(&buf[self.offset..self.offset + kept]);
                 batch.set_packet(i, 0, kept, m.addr);
+                batch.set_local(i, m.local);
                 if let Some(t) = times.as_deref_mut().and_then(|t| t.get_mut(i)) {
                     *t = m.time;
                 }
@@ -173,12 +178,13 @@ impl RxScratch {
         self.hdrs.resize_with(n, || unsafe { mem::zeroed() });
         self.iovs.resize_with(n, || unsafe { mem::zeroed() });
         self.addrs.resize_with(n, || unsafe { mem::zeroed() });
-        self.cmsgs.resize(n, [0; 12]);
+        self.cmsgs.resize(n, [0; 16]);
     }
 
-    /// Points message `k` at `iovs[k]` (already filled), `addrs[k]` and,
-    /// with `control`, at `cmsgs[k]`.
-    fn set_hdr(&mut self, k: usize, control: bool) {
+    /// Points message `k` at `iovs[k]` (already filled), `addrs[k]` and
+    /// `cmsgs[k]` (the local address, and the timestamp and GRO segment
+    /// size when asked for).
+    fn set_hdr(&mut self, k: usize) {
         let iov: *mut libc::iovec = &mut self.iovs[k];
         let name: *mut libc::sockaddr_storage = &mut self.addrs[k];
         let cmsg: *mut CmsgBuf = &mut self.cmsgs[k];
@@ -189,13 +195,8 @@ impl RxScratch {
         h.msg_hdr.msg_iov = iov;
         h.msg_hdr.msg_iovlen = 1;
         h.msg_hdr.msg_flags = 0;
-        if control {
-            h.msg_hdr.msg_control = cmsg.cast();
-            h.msg_hdr.msg_controllen = mem::size_of::<CmsgBuf>();
-        } else {
-            h.msg_hdr.msg_control = std::ptr::null_mut();
-            h.msg_hdr.msg_controllen = 0;
-        }
+        h.msg_hdr.msg_control = cmsg.cast();
+        h.msg_hdr.msg_controllen = mem::size_of::<CmsgBuf>() as _;
     }
 }
 
@@ -246,7 +247,7 @@ impl SocketFd {
                 iov_base: unsafe { base.add(k * stride) }.cast(),
                 iov_len: stride,
             };
-            s.set_hdr(k, times.is_some());
+            s.set_hdr(k);
         }
         // SAFETY: the first `n` headers point at live iovecs, sockaddr and
         // control buffers in `s`, and the iovecs at disjoint slots of the
@@ -266,6 +267,7 @@ impl SocketFd {
                 (s.hdrs[k].msg_len as usize).min(stride)
             };
             batch.set_packet(start + k, 0, len, addr);
+            batch.set_local(start + k, pktinfo::local_of(h));
             if let Some(t) = times.as_deref_mut().and_then(|t| t.get_mut(start + k)) {
                 *t = arrival_time(h);
             }
@@ -297,7 +299,7 @@ impl SocketFd {
                 iov_base: unsafe { base.add(k * COALESCED_BYTES) }.cast(),
                 iov_len: COALESCED_BYTES,
             };
-            s.set_hdr(k, true);
+            s.set_hdr(k);
         }
         // SAFETY: the first `n` headers point at live iovecs, sockaddr and
         // control buffers in `s`, and the iovecs at disjoint scratch
@@ -328,6 +330,7 @@ impl SocketFd {
                 len,
                 segment,
                 addr: decode_addr(&s.addrs[k], h.msg_namelen).unwrap_or(UNSPECIFIED),
+                local: pktinfo::local_of(h),
                 time: if times.is_some() {
                     arrival_time(h)
                 } else {
@@ -393,6 +396,7 @@ mod tests {
                 len,
                 segment,
                 addr: src(port),
+                local: LocalAddr::NONE,
                 time: Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(port as u64)),
                 truncated: false,
             });

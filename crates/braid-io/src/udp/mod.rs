@@ -22,9 +22,11 @@ mod cmsg;
 mod fd;
 mod gro;
 mod gso;
+mod pktinfo;
 
 use std::io;
 use std::mem;
+use std::net::IpAddr;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -146,6 +148,10 @@ impl UdpSocket {
         })?;
         let port = decode_addr(&ss, len).map(|a| a.port()).unwrap_or(0);
 
+        // Which of our addresses each datagram arrives at: replies leave
+        // from there (a kernel without it only loses that).
+        let _ = pktinfo::enable(raw, ipv6);
+
         // A segment size of 0 means "none" (each send may give its own), so
         // setting it only asks whether the kernel knows UDP_SEGMENT.
         let gso = setsockopt_int(raw, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
@@ -160,6 +166,8 @@ impl UdpSocket {
                 gso: AtomicBool::new(gso),
                 gro: AtomicBool::new(gro),
                 oversize: AtomicUsize::new(0),
+                refused: Mutex::new(Vec::new()),
+                refused_any: AtomicBool::new(false),
             },
             rx: Mutex::new(RxScratch::default()),
             tx: Mutex::new(TxScratch::default()),
@@ -241,6 +249,16 @@ impl UdpSocket {
     /// them first.
     pub fn recv_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
         self.sock.recv_into(&mut lock(&self.rx), batch, None)
+    }
+
+    /// Local addresses sends could not leave from since the last call
+    /// (removed from the host): datagrams meant to leave from one left
+    /// from the routing table's pick instead. Tell whoever chose them.
+    pub fn take_refused_sources(&self) -> Vec<IpAddr> {
+        if !self.sock.refused_any.swap(false, Ordering::Relaxed) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *lock(&self.sock.refused))
     }
 
     /// The length of the longest datagram that the receives since the last

@@ -265,6 +265,24 @@ impl Shared {
         self.lines.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Sends a batch on its lines. A local address a datagram could not
+    /// leave from (removed from the host) is forgotten, so the next ones
+    /// leave from the routing table's pick without trying it first.
+    pub fn send(&self, batch: &PacketBatch) -> std::io::Result<()> {
+        let refused = {
+            let lines = self.lines();
+            lines.send(batch)?;
+            lines.take_refused_sources()
+        };
+        if !refused.is_empty() {
+            let mut device = self.device();
+            for ip in refused {
+                device.forget_local_address(ip);
+            }
+        }
+        Ok(())
+    }
+
     pub fn replace_main_line(&self, socket: braid_io::UdpSocket) {
         self.lines
             .write()
@@ -391,7 +409,7 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
         )
     };
     helpers.seal(jobs, batch);
-    shared.lines().send(batch)?;
+    shared.send(batch)?;
     if too_big {
         shared
             .path_mtu
@@ -416,7 +434,7 @@ pub fn transmit_pending(
         out.clear();
         let more = shared.device().poll_transmit(now, out);
         if !out.is_empty() {
-            shared.lines().send(out)?;
+            shared.send(out)?;
         }
         if !more {
             return Ok(());

@@ -121,6 +121,17 @@ impl Lines {
         Ok(())
     }
 
+    /// Local addresses a send on some line could not leave from since the
+    /// last call (see `UdpSocket::take_refused_sources`); empty, without
+    /// allocating, when there were none.
+    pub fn take_refused_sources(&self) -> Vec<IpAddr> {
+        let mut all = Vec::new();
+        for socket in self.udp_sockets() {
+            all.extend(socket.take_refused_sources());
+        }
+        all
+    }
+
     /// Datagrams dropped on send, all lines together (saturating: a sum
     /// of counters must not wrap to a small number, nor panic).
     pub fn dropped(&self) -> u64 {

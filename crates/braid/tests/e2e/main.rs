@@ -45,4 +45,5 @@ mod rate_limit;
 mod resource_bounds;
 mod roaming;
 mod soak;
+mod sticky;
 mod tcp_transport;
