@@ -49,6 +49,16 @@ enum Command {
         /// NAME, or the path to NAME.conf.
         name: String,
     },
+    /// Apply a changed config file to a running interface without dropping
+    /// its sessions, as `wg syncconf` does, braid's keys included (what
+    /// `systemctl reload braid@NAME` runs). A file with a mistake changes
+    /// nothing; what only a restart applies is reported.
+    Syncconf {
+        /// The running interface.
+        name: String,
+        /// Its config file (NAME.conf).
+        file: PathBuf,
+    },
     /// Show interfaces as `wg show` does, plus braid's counters.
     Show {
         name: Option<String>,
@@ -90,6 +100,10 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Write the man pages and shell completions, generated from this
+    /// command line and the config key table, under DIR (for packaging).
+    #[command(hide = true)]
+    GenerateDocFiles { dir: PathBuf },
     /// Create an unconfigured interface served over the userspace API, as
     /// `wireguard-go NAME` does (what wg-quick runs in userspace mode).
     #[command(external_subcommand)]
@@ -153,6 +167,11 @@ fn main() -> ExitCode {
             chosen(Privileges::choose(user.as_deref(), keep_root)),
         ),
         Command::Down { name } => down(&name),
+        Command::Syncconf { name, file } => braid::syncconf::run(&name, &file).map(|notes| {
+            for note in notes {
+                println!("{name}: {note}");
+            }
+        }),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
         Command::Mtu { name, json } => mtu_cmd(&name, json),
         Command::Doctor { name, json } => {
@@ -182,6 +201,10 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Echo { args }) => braid::toolkit::bench::echo::run(&args),
         Command::Bench(BenchCommand::HandshakeFlood { args }) => {
             braid::toolkit::bench::flood::run(&args)
+        }
+        Command::GenerateDocFiles { dir } => {
+            braid::manual::write_doc_files(<Cli as clap::CommandFactory>::command(), &dir)
+                .map(|_| ())
         }
         Command::Interface(args) => interface(&args),
     };

@@ -9,9 +9,7 @@ use crate::peer::PeerId;
 use crate::repair::MAX_PER_REQUEST;
 use std::time::{Duration, Instant};
 
-/// A line that loses at least this much of its own (`Path::own_loss`)
-/// has what it loses repaired (see `crate::repair`).
-const OWN_LOSS: f64 = 0.002;
+use crate::repair::OWN_LOSS;
 /// Re-sends waiting for `poll_transmit`, at most.
 const MAX_QUEUED_RESENDS: usize = 512;
 /// Added to the quickest line's round trip for the reorder window's repair
@@ -38,15 +36,17 @@ impl Device {
         let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
-        let Some((from, to)) = p.reorder.take_repair_request() else {
-            return;
-        };
-        let count = to.saturating_sub(from).min(MAX_PER_REQUEST) as u16;
         let Some(path) = p.paths.get(p.quickest_path()) else {
             return;
         };
         let (line, remote) = (path.line, path.remote);
-        self.queue_ext(now, pid, line, remote, ExtMessage::Repair { from, count });
+        while let Some((from, to)) = self.peers[pid]
+            .as_mut()
+            .and_then(|p| p.reorder.take_repair_request())
+        {
+            let count = to.saturating_sub(from).min(MAX_PER_REQUEST) as u16;
+            self.queue_ext(now, pid, line, remote, ExtMessage::Repair { from, count });
+        }
     }
 
     /// The peer asks for `count` data messages from counter `from` of the

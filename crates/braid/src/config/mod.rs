@@ -28,6 +28,8 @@ use braid_core::device::PeerOptions;
 use braid_core::path::{Mode, MAX_PATHS};
 use braid_netem::units;
 
+pub mod keys;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub interface: InterfaceConfig,
@@ -215,6 +217,13 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// A config file's name and text, as read by [`Config::load_with_text`].
+pub struct ConfigFile {
+    /// The file name, which errors name (`wg0.conf:7: ...`).
+    pub name: String,
+    pub text: zeroize::Zeroizing<String>,
+}
+
 /// Everything that can go wrong loading a configuration.
 #[derive(Debug)]
 pub enum ConfigError {
@@ -304,6 +313,13 @@ pub fn check_private_file(path: &Path) -> io::Result<()> {
 
 impl Config {
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        Config::load_with_text(path).map(|(config, _)| config)
+    }
+
+    /// [`load`](Self::load), also returning the file's text and name (what
+    /// `braid syncconf` hands the daemon, which parses it the same way).
+    /// The text holds the private key: it is zeroized when dropped.
+    pub fn load_with_text(path: impl AsRef<Path>) -> Result<(Config, ConfigFile), ConfigError> {
         let path = path.as_ref();
         let io_err = |source| ConfigError::Io {
             path: path.to_path_buf(),
@@ -311,7 +327,7 @@ impl Config {
         };
         check_private_file(path).map_err(io_err)?;
         use std::io::Read as _;
-        let mut bytes = Vec::new();
+        let mut bytes = zeroize::Zeroizing::new(Vec::new());
         std::fs::File::open(path)
             .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
             .map_err(io_err)?;
@@ -327,13 +343,15 @@ impl Config {
                 message: format!("file is larger than {MAX_CONFIG_BYTES} bytes"),
             });
         }
-        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
+        let text = std::str::from_utf8(&bytes).map_err(|_| ConfigError::Invalid {
             source_name: name.clone(),
             line: None,
             key: None,
             message: "file is not valid UTF-8".into(),
         })?;
-        Config::parse(&text, &name)
+        let config = Config::parse(text, &name)?;
+        let text = zeroize::Zeroizing::new(text.to_string());
+        Ok((config, ConfigFile { name, text }))
     }
 
     pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {
@@ -607,6 +625,25 @@ impl Parser<'_> {
                 return Err(self.error(Some(line_no), None, "missing key before '='"));
             }
             let key = raw_key.to_ascii_lowercase();
+            // The table of keys decides what exists (the manual is written
+            // from it); the builders below parse the values.
+            let known = match self.section {
+                Section::None => true,
+                Section::Interface => keys::lookup(keys::Section::Interface, &key).is_some(),
+                Section::Peer => keys::lookup(keys::Section::Peer, &key).is_some(),
+            };
+            if !known {
+                let section = if matches!(self.section, Section::Peer) {
+                    "[Peer]"
+                } else {
+                    "[Interface]"
+                };
+                return Err(self.error(
+                    Some(line_no),
+                    Some(raw_key),
+                    format!("unknown key in {section} section"),
+                ));
+            }
             let result = match self.section {
                 Section::None => {
                     return Err(self.error(

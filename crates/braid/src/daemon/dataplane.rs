@@ -283,6 +283,11 @@ impl Shared {
         Ok(())
     }
 
+    /// The lines, to open or close one (a reload); the data plane waits.
+    pub fn lines_mut(&self) -> std::sync::RwLockWriteGuard<'_, Lines> {
+        self.lines.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn replace_main_line(&self, socket: braid_io::UdpSocket) {
         self.lines
             .write()

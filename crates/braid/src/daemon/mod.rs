@@ -25,6 +25,7 @@ pub mod lines;
 mod os_random;
 mod pmtu;
 pub mod privilege;
+mod reload;
 pub mod routes;
 pub mod tcp_lines;
 
@@ -129,6 +130,7 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         "braid: interface {name} is up (listening on UDP port {})\n",
         daemon.state.listen_port
     ));
+    daemon.notifier = ready.take_notifier();
     log!(
         name,
         "up, listening on UDP port {}",
@@ -142,6 +144,9 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         );
     }
     let result = daemon.event_loop();
+    if let Some(n) = &daemon.notifier {
+        let _ = n.stopping();
+    }
     if let Some(guardian) = daemon.guardian.as_mut() {
         if let Err(e) = guardian.pre_down() {
             log!(name, "PreDown through the privilege guardian: {e}");
@@ -320,6 +325,8 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         control_batch: data_plane_batch(stride_for(mtu as usize)),
         routes: installed,
         guardian,
+        running: req.config.as_ref().map(reload::Running::new),
+        notifier: None,
     };
     Ok((daemon, path))
 }
@@ -377,6 +384,11 @@ struct Daemon {
     control_batch: PacketBatch,
     routes: routes::Installed,
     guardian: Option<guardian::Guardian>,
+    /// The config it runs, for `braid syncconf` to compare a file with;
+    /// `None` for an interface configured over the userspace API alone.
+    running: Option<reload::Running>,
+    /// The service manager, told about reloads and the stop.
+    notifier: Option<crate::sd_notify::Notifier>,
 }
 
 impl Daemon {
@@ -524,6 +536,11 @@ impl Daemon {
                     Response::Braid(snap)
                 }
                 Request::Set(set) => self.apply(&set),
+                Request::SetBraid(config) => {
+                    let (response, line) = self.serve_sync(&config);
+                    log!(self.name, "{line}");
+                    response
+                }
             };
             let _ = pending.reply.send(response);
         }

@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 
+pub mod sync;
+
 /// Longest accepted line, newline excluded. `wg` never sends more than a
 /// key plus a 4096-byte host name.
 pub const MAX_LINE_LEN: usize = 4096;
@@ -81,6 +83,8 @@ pub enum Operation {
     Get,
     GetBraid,
     Set,
+    /// braid's `set=braid`: a whole config file to apply ([`sync`]).
+    SetBraid,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +92,7 @@ pub enum Request {
     Get,
     GetBraid,
     Set(SetRequest),
+    SetBraid(sync::ConfigText),
 }
 
 impl Request {
@@ -96,6 +101,7 @@ impl Request {
             Request::Get => Operation::Get,
             Request::GetBraid => Operation::GetBraid,
             Request::Set(_) => Operation::Set,
+            Request::SetBraid(_) => Operation::SetBraid,
         }
     }
 }
@@ -159,6 +165,9 @@ pub enum Response {
     Get(DeviceSnapshot),
     /// Answer to `get=braid`.
     Braid(DeviceSnapshot),
+    /// Answer to `set=braid`: what changed and what waits for a restart,
+    /// or why nothing changed.
+    Synced(Result<Vec<String>, String>),
     Error(Errno),
 }
 
@@ -409,9 +418,11 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
         b"get=1" => Operation::Get,
         b"get=braid" => Operation::GetBraid,
         b"set=1" => Operation::Set,
+        b"set=braid" => Operation::SetBraid,
         _ => return Err(fatal(Errno::EPROTO, "unknown operation")),
     };
     let mut set = SetParser::default();
+    let mut sync = sync::SyncParser::default();
     let mut first_error: Option<UapiError> = None;
     loop {
         let line = match lines.body_line() {
@@ -432,6 +443,7 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
         let result = match op {
             Operation::Get | Operation::GetBraid => Err(invalid("get takes no arguments")),
             Operation::Set => set.line(line),
+            Operation::SetBraid => sync.line(line),
         };
         if let Err(e) = result {
             first_error = Some(e);
@@ -445,6 +457,10 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
         Operation::Get => Request::Get,
         Operation::GetBraid => Request::GetBraid,
         Operation::Set => Request::Set(set.req),
+        Operation::SetBraid => Request::SetBraid(sync.finish().map_err(|mut e| {
+            e.operation = Some(op);
+            e
+        })?),
     }))
 }
 
@@ -820,6 +836,7 @@ impl Response {
             Response::Ok => Zeroizing::new("errno=0\n\n".to_string()),
             Response::Get(snap) => format_get(snap),
             Response::Braid(snap) => Zeroizing::new(format_braid(snap)),
+            Response::Synced(outcome) => Zeroizing::new(sync::format_reply(outcome)),
             Response::Error(errno) => Zeroizing::new(format_errno(op, *errno)),
         }
     }

@@ -175,6 +175,10 @@ fn apt_package(tool: &str) -> &'static str {
         "ping" => "iputils-ping",
         "ip" | "ss" => "iproute2",
         "tcpdump" => "tcpdump",
+        "systemd-analyze" => "systemd",
+        "dpkg" | "dpkg-deb" => "dpkg",
+        "useradd" => "passwd",
+        "man" => "man-db",
         _ => "?",
     }
 }

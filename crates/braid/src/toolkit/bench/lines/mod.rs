@@ -45,7 +45,7 @@ use run::Bench;
 use std::io::Write as _;
 use std::time::Instant;
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench lines [--quick] [--json] [--seconds N] [--long-seconds N]
                          [--runs N] [--only seed,loss,cut,aggregate,unequal]
                          [--cc LIST] [--unequal-cc LIST] [--rows LIST]

@@ -28,7 +28,7 @@ use measure::Progress;
 use plan::Opts;
 use vpn::{Cipher, VpnKind};
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
                           [--seconds N] [--rounds R] [--netem \"FLAGS\"]
                           [--paths 1|2] [--transport udp|tcp] [--loss PCT]
