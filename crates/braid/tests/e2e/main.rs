@@ -50,3 +50,4 @@ mod roaming;
 mod soak;
 mod sticky;
 mod tcp_transport;
+mod wg_quick;
