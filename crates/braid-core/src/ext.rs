@@ -44,6 +44,9 @@ pub const HELLO_OFFERS_AES: u8 = 1;
 /// Hello flag: the sender can open LZ4-compressed packets on this session
 /// (`Compression = lz4`, see `compress`).
 pub const HELLO_OFFERS_LZ4: u8 = 2;
+/// Hello flag: the sender joins packets split into fragments (see
+/// `fragment`); braid offers it whenever its extensions are on.
+pub const HELLO_OFFERS_FRAGMENTS: u8 = 4;
 
 const KIND_HELLO: u8 = 1;
 const KIND_PROBE: u8 = 2;

@@ -62,6 +62,12 @@ pub struct PeerCounters {
     /// Compressed packets refused: not agreed, or not a valid block
     /// within the MTU.
     pub decompress_failed: u64,
+    /// Packets sent split into fragments (their line carries less), and
+    /// those fragments.
+    pub fragmented_tx: u64,
+    pub fragments_tx: u64,
+    /// Packets joined from the peer's fragments.
+    pub joined_rx: u64,
 }
 
 pub struct Peer {
@@ -103,6 +109,18 @@ pub struct Peer {
     /// The local index of the session on which the peer offered to open
     /// LZ4-compressed packets (in its hello).
     pub lz4_session: Option<u32>,
+    /// The local index of the session on which the peer offered to join
+    /// fragments (in its hello).
+    pub fragment_session: Option<u32>,
+    /// The largest plaintext one data message to this peer may carry,
+    /// when a line was seen to carry less than the packets sent to it and
+    /// the peer joins fragments: longer packets go in pieces (see
+    /// [`Device::refresh_path_mtus`](crate::device::Device::refresh_path_mtus)).
+    pub fragment_payload: Option<usize>,
+    /// The id of the next packet sent in fragments.
+    pub next_fragment_id: u32,
+    /// The peer's packets being joined from their fragments.
+    pub reassembly: crate::fragment::Reassembly,
     pub persistent_keepalive: u16,
     pub cookie: CookieState,
     pub keypairs: Keypairs,
@@ -159,6 +177,16 @@ impl Peer {
         }
     }
 
+    /// Whether the peer joins fragments on the session data goes out in now.
+    pub fn joins_fragments(&self) -> bool {
+        self.fragment_session.is_some_and(|s| {
+            self.keypairs
+                .current
+                .as_ref()
+                .is_some_and(|k| k.local_index == s)
+        })
+    }
+
     /// Whether the peer runs braid's extensions: one of its extension
     /// messages arrived in a session we still have (next, current or
     /// previous). A braid peer says hello in every new session, so a rekey
@@ -194,6 +222,10 @@ impl Peer {
             rate_limit: None,
             compression: None,
             lz4_session: None,
+            fragment_session: None,
+            fragment_payload: None,
+            next_fragment_id: 0,
+            reassembly: crate::fragment::Reassembly::default(),
             persistent_keepalive: 0,
             cookie: CookieState::new(&public),
             keypairs: Keypairs::default(),

@@ -201,8 +201,26 @@ fn a_peer_with_a_narrow_path_lowers_only_its_own_packets() {
     let mut to_b = ipv4(net.tun(A), net.tun(B), 17, &[0; 1400]);
     to_b[6] |= 0x40;
     assert_eq!(net.encapsulate(A, &to_b).len(), 1, "sent to B");
-    // Without DF no answer is due: it goes to C as it is (the outer
-    // datagram is fragmented on the way, as WireGuard's are).
-    let plain = ipv4(net.tun(A), net.tun(C), 17, &[0; 1400]);
-    assert_eq!(net.encapsulate(A, &plain).len(), 1);
+    // Without DF no answer is due: C joins fragments (a braid peer), so it
+    // goes in two pieces its line carries, and C gets it whole.
+    let plain = ipv4(net.tun(A), net.tun(C), 17, &[7; 1400]);
+    assert!(net.encapsulate(A, &plain).is_empty(), "staged, then split");
+    let pieces = net.poll_transmit(A);
+    let to_c: Vec<usize> = pieces
+        .iter()
+        .filter(|d| d.to == Some(C))
+        .map(|d| d.bytes.len())
+        .collect();
+    assert_eq!(to_c.len(), 2, "{to_c:?}");
+    assert!(
+        to_c.iter().all(|&n| n <= 1400),
+        "each fits C's line: {to_c:?}"
+    );
+    let before = net[C].delivered.len();
+    for d in pieces.iter().filter(|d| d.to == Some(C)) {
+        net.deliver(C, d.src, &d.bytes);
+    }
+    assert_eq!(net[C].delivered.len(), before + 1);
+    assert_eq!(net[C].delivered.last().map(|p| p.len()), Some(1420));
+    assert_eq!(net[A].device.peer(pc).unwrap().counters.fragments_tx, 2);
 }

@@ -178,6 +178,7 @@ impl Device {
         }
         let say_hello = p.hellos_left > 0;
         let flags = lz4_flag
+            | ext::HELLO_OFFERS_FRAGMENTS
             | match &p.keypairs.current {
                 Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
                 _ => 0,
@@ -278,6 +279,7 @@ impl Device {
         if let ExtMessage::Hello { flags, .. } = msg {
             kp.set_peer_offers_aes(flags & ext::HELLO_OFFERS_AES != 0);
             p.lz4_session = (flags & ext::HELLO_OFFERS_LZ4 != 0).then_some(receiver);
+            p.fragment_session = (flags & ext::HELLO_OFFERS_FRAGMENTS != 0).then_some(receiver);
         }
         let first_news = !p.speaks_braid();
         p.braid_session = Some(receiver);

@@ -219,7 +219,14 @@ impl Device {
         }
         self.keep_key_fresh_on_receive(now, pid);
 
-        let restored = self.restore_compressed(pid, &mut buf[DATA_HEADER_LEN..], plain_len);
+        let restored = match self.restore_compressed(pid, &mut buf[DATA_HEADER_LEN..], plain_len) {
+            // A piece of a packet: the packet, once whole, takes this
+            // message's place (the other pieces' places stay empty).
+            Some(n) if crate::fragment::is_fragment(&buf[DATA_HEADER_LEN..DATA_HEADER_LEN + n]) => {
+                self.join_fragment(now, pid, receiver, &mut buf[DATA_HEADER_LEN..], n)
+            }
+            other => other,
+        };
         let p = self.peers[pid].as_mut()?;
         let len = if plain_len == 0 {
             p.counters.keepalives_received = p.counters.keepalives_received.saturating_add(1);

@@ -145,5 +145,8 @@ pub struct Device {
     pub(super) lz4: crate::compress::Lz4,
     /// Where datagrams to each (line, remote) leave from (`sticky`).
     pub(super) sticky: super::sticky::StickySources,
+    /// Peers whose packets became (or stopped being) limited below IPv6's
+    /// 1280 bytes or split into fragments, for the driver to log.
+    pub(super) mtu_notices: Vec<super::pmtu::MtuNotice>,
     pub counters: DeviceCounters,
 }

@@ -346,6 +346,7 @@ impl Shared {
         if let Some(mtu) = self.path_mtu.follow(target, name, &self.tun) {
             self.set_mtu(mtu);
         }
+        self.path_mtu.log_notices(name, &mut self.device());
     }
 
     /// Tells each path's search how big its local line allows (every few

@@ -19,6 +19,7 @@ use crate::config::Bind;
 use braid_core::batch::{PacketBatch, HEADROOM};
 use braid_core::device::Device;
 use braid_core::icmp;
+use braid_core::pmtud::MIN_PLPMTU;
 use braid_io::{netcfg, Tun};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -181,7 +182,13 @@ impl PathMtu {
             Ok(()) => {
                 self.refused.store(0, Ordering::Relaxed);
                 let was = self.applied.swap(target, Ordering::Relaxed);
-                eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}");
+                let ipv6 = if (target as usize) < MIN_PLPMTU {
+                    " (below 1280: IPv6 cannot pass; a stock WireGuard peer's line carries \
+                     no more, and only braid peers take packets in pieces)"
+                } else {
+                    ""
+                };
+                eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}{ipv6}");
                 Some(target)
             }
             Err(e) => {
@@ -189,6 +196,34 @@ impl PathMtu {
                 eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}");
                 None
             }
+        }
+    }
+
+    /// Logs how peers' packets go now where that changed (held below IPv6's
+    /// 1280 bytes, split into fragments, or neither any more).
+    pub fn log_notices(&self, name: &str, device: &mut Device) {
+        let mut notices = Vec::new();
+        device.take_mtu_notices(&mut notices);
+        for n in notices {
+            let peer = key_text(&n.public_key);
+            let line = match (n.fragment_payload, n.limit) {
+                (Some(_), _) => format!(
+                    "peer {peer}: its lines carry less than the packets sent to it; longer ones \
+                     go in pieces, which the peer joins (braid fragments; `braid mtu` shows the \
+                     size)"
+                ),
+                (None, Some(limit)) if n.ipv6_blocked() => format!(
+                    "peer {peer}: its lines carry {limit}-byte packets at most, below IPv6's \
+                     1280: IPv6 cannot pass{}",
+                    if n.joins_fragments {
+                        ""
+                    } else {
+                        " (the peer does not take packets in pieces: stock WireGuard)"
+                    }
+                ),
+                _ => format!("peer {peer}: its packets go whole again"),
+            };
+            eprintln!("braid[{name}]: path MTU: {line}");
         }
     }
 
@@ -329,6 +364,11 @@ pub fn snapshot(p: &braid_core::pmtud::Pmtud) -> Option<crate::uapi::PmtuSnapsho
         probes_lost: p.counters.probes_lost,
         black_holes: p.counters.black_holes,
     })
+}
+
+/// A public key as config files write it (it is no secret).
+fn key_text(key: &[u8; 32]) -> String {
+    crate::keys::PublicKey::from_bytes(*key).to_base64()
 }
 
 #[cfg(test)]

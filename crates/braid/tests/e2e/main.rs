@@ -29,6 +29,7 @@ mod doctor;
 mod doctor_paths;
 mod fail_closed;
 mod faults;
+mod fragments;
 mod full_tunnel;
 mod handshake_flood;
 mod interop;
