@@ -44,6 +44,9 @@ pub const HELLO_OFFERS_AES: u8 = 1;
 /// Hello flag: the sender can open LZ4-compressed packets on this session
 /// (`Compression = lz4`, see `compress`).
 pub const HELLO_OFFERS_LZ4: u8 = 2;
+/// Hello flag: the sender joins packets split into fragments (see
+/// `fragment`); braid offers it whenever its extensions are on.
+pub const HELLO_OFFERS_FRAGMENTS: u8 = 4;
 
 const KIND_HELLO: u8 = 1;
 const KIND_PROBE: u8 = 2;
@@ -59,8 +62,9 @@ const SENT_HEAD_LEN: usize = 1 + 1 + 1 + 8;
 pub use crate::path::Delivery;
 use crate::path::MAX_PATHS;
 
-/// The largest padded payload (a PMTU probe for a jumbo-frame line).
-pub const MAX_PADDED_PAYLOAD: usize = 9216;
+/// The largest padded payload: a PMTU probe of the largest size searched
+/// (its datagram then is the largest UDP payload there is).
+pub const MAX_PADDED_PAYLOAD: usize = crate::pmtud::MAX_PLPMTU;
 /// A PMTU probe's or ack's fields: kind, path, seq, size.
 pub const PMTU_LEN: usize = 1 + 1 + 4 + 2;
 

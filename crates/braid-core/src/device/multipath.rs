@@ -2,6 +2,7 @@
 //! to find out whether the peer speaks braid, and probing every path.
 
 use super::state::{Device, IndexEntry};
+use crate::batch::LocalAddr;
 use crate::consts::REJECT_AFTER_TIME;
 use crate::ext::{self, ExtMessage, ProbeBody};
 use crate::messages::{self, DATA_HEADER_LEN, DATA_MIN_LEN};
@@ -177,6 +178,7 @@ impl Device {
         }
         let say_hello = p.hellos_left > 0;
         let flags = lz4_flag
+            | ext::HELLO_OFFERS_FRAGMENTS
             | match &p.keypairs.current {
                 Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
                 _ => 0,
@@ -244,6 +246,7 @@ impl Device {
         now: Instant,
         line: u16,
         src: SocketAddr,
+        local: LocalAddr,
         datagram: &mut [u8],
     ) {
         if !self.extensions {
@@ -276,12 +279,17 @@ impl Device {
         if let ExtMessage::Hello { flags, .. } = msg {
             kp.set_peer_offers_aes(flags & ext::HELLO_OFFERS_AES != 0);
             p.lz4_session = (flags & ext::HELLO_OFFERS_LZ4 != 0).then_some(receiver);
+            p.fragment_session = (flags & ext::HELLO_OFFERS_FRAGMENTS != 0).then_some(receiver);
         }
         let first_news = !p.speaks_braid();
         p.braid_session = Some(receiver);
+        // Probes from where we no longer are go unanswered (see
+        // `Peer::stranger_on`).
+        let stranger = p.stranger_on(line, src).is_some();
         let at = p.authenticated_rx(now, line, src, datagram.len());
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
+        self.note_local_address(line, src, local);
         if slot == SlotName::Next {
             self.confirm_session(now, pid);
         }
@@ -294,6 +302,7 @@ impl Device {
                     p.hellos_left = p.hellos_left.max(1);
                 }
             }
+            ExtMessage::Probe(_) | ExtMessage::PmtuProbe(_) if stranger => {}
             ExtMessage::Probe(b) => {
                 let now_us = self.mono_us(now);
                 let p = self.peers[pid].as_mut().expect("checked above");
