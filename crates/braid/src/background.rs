@@ -43,6 +43,8 @@ impl ReadyPipe {
             Some(mut f) => {
                 let _ = writeln!(f, "OK {message}");
             }
+            // The journal has the daemon's own "up" line already.
+            None if crate::log::to_journal() => {}
             None => eprintln!("{message}"),
         }
         if let Some(n) = &self.notifier {

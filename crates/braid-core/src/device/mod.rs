@@ -690,11 +690,17 @@ impl Device {
             return;
         };
         let defaults = ReorderConfig::default();
+        let capacity = capacity.unwrap_or(defaults.capacity);
         let cfg = ReorderConfig {
             hold_ceiling: hold.unwrap_or(defaults.hold_ceiling),
-            capacity: capacity.unwrap_or(defaults.capacity),
+            capacity,
+            // The byte bound follows the packet bound (2 KiB a packet, as
+            // the defaults): a larger ReorderCapacity for a fast bond with
+            // a wide delay difference must not stop at 4 MiB.
+            max_bytes: capacity
+                .saturating_mul(defaults.max_bytes / defaults.capacity)
+                .max(defaults.max_bytes),
             max_packet: mtu.max(defaults.max_packet),
-            ..defaults
         };
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;

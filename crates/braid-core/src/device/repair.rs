@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use crate::repair::OWN_LOSS;
 /// Re-sends waiting for `poll_transmit`, at most.
 const MAX_QUEUED_RESENDS: usize = 512;
-/// Added to the quickest line's round trip for the reorder window's repair
-/// wait: the peer's timer and batching.
+/// Added to the quickest line's round trip (and its deviation, twice) for
+/// the reorder window's repair wait: the peer's timer and batching.
 const REPAIR_MARGIN: Duration = Duration::from_millis(5);
 
 impl Device {
@@ -24,9 +24,17 @@ impl Device {
         let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
+        // The request and the copy both queue behind data on that line, and
+        // the smoothed round trip lags a queue that grows: a repair that
+        // comes after the wait is dropped as Under Window, a loss the inner
+        // TCP sees after all. Only gaps a repaired line may have carried
+        // are asked for, so a generous wait costs little.
         let wait = p.repairs_losses().then(|| {
-            let rtt = p.paths.get(p.quickest_path()).and_then(|q| q.srtt);
-            rtt.unwrap_or_default().saturating_add(REPAIR_MARGIN)
+            let quickest = p.paths.get(p.quickest_path());
+            let rtt = quickest.and_then(|q| q.srtt).unwrap_or_default();
+            let var = quickest.map_or(Duration::ZERO, |q| q.rttvar);
+            rtt.saturating_add(var.saturating_mul(4))
+                .saturating_add(REPAIR_MARGIN)
         });
         p.reorder.set_repair_wait(wait);
     }

@@ -241,6 +241,31 @@ pub const KEYS: &[KeySpec] = &[
         repeatable: false,
         reload: Reload::NextSession,
     },
+    KeySpec {
+        name: "MetricsListen",
+        section: Section::Interface,
+        origin: Origin::Braid,
+        syntax: "IP:PORT | [IPv6]:PORT | off",
+        doc: "Serves /metrics in the Prometheus text format on this address (off when absent). \
+              An IP literal, never a host name; bind it to loopback or a management address: \
+              it has no authentication, and shows public keys and traffic figures, never a \
+              secret. A port in use stops `braid up` before anything changes.",
+        example: "127.0.0.1:9586",
+        repeatable: false,
+        reload: Reload::Restart,
+    },
+    KeySpec {
+        name: "LogLevel",
+        section: Section::Interface,
+        origin: Origin::Braid,
+        syntax: "error | warn | info | debug",
+        doc: "How much the daemon logs, one line per event (default info; `braid up -v` adds \
+              a level). Under systemd's journal a line carries its syslog priority and no \
+              timestamp of braid's own. A reload applies a changed level at once.",
+        example: "debug",
+        repeatable: false,
+        reload: Reload::Live,
+    },
     // ----- [Peer] -----
     KeySpec {
         name: "PublicKey",
@@ -334,7 +359,7 @@ pub const KEYS: &[KeySpec] = &[
         section: Section::Peer,
         origin: Origin::Braid,
         syntax: "1-65536",
-        doc: "Packets the reorder window holds at most. Default 2048.",
+        doc: "Packets the reorder window holds at most, and 2 KiB each of bytes (at least 4 MiB). Default 2048. It should cover what the fastest line delivers during the hold (its rate times the delay difference); braid show counts the gaps given up because it was full (gaps_by_bounds).",
         example: "4096",
         repeatable: false,
         reload: Reload::Live,

@@ -63,6 +63,10 @@ pub struct InterfaceConfig {
     /// unreachable default route that outlives the daemon, so traffic meant
     /// for the tunnel is refused, not sent in the clear, if it dies.
     pub fail_closed: bool,
+    /// braid: `MetricsListen =`, where `/metrics` is served (off when absent).
+    pub metrics_listen: Option<SocketAddr>,
+    /// braid: `LogLevel =`; `None` is info.
+    pub log_level: Option<crate::log::Level>,
 }
 
 /// braid's `MssFix =`: the largest MSS a TCP SYN or SYN-ACK crossing the
@@ -413,6 +417,8 @@ struct InterfaceBuilder {
     cipher: Slot<CipherPolicy>,
     mss_fix: Slot<MssFix>,
     compression: Slot<CompressionPolicy>,
+    metrics_listen: Slot<Option<SocketAddr>>,
+    log_level: Slot<crate::log::Level>,
 }
 
 #[derive(Default)]
@@ -515,6 +521,18 @@ impl InterfaceBuilder {
                 &mut self.compression,
                 "Compression",
                 parse_compression(value),
+                line,
+            ),
+            "metricslisten" => set_once(
+                &mut self.metrics_listen,
+                "MetricsListen",
+                parse_metrics_listen(value),
+                line,
+            ),
+            "loglevel" => set_once(
+                &mut self.log_level,
+                "LogLevel",
+                parse_log_level(value),
                 line,
             ),
             _ => Err(key_err(raw_key, "unknown key in [Interface] section")),
@@ -776,6 +794,8 @@ impl Parser<'_> {
                 cipher: iface.cipher.map(|v| v.0).unwrap_or_default(),
                 mss_fix: iface.mss_fix.map(|v| v.0).unwrap_or_default(),
                 compression: iface.compression.map(|v| v.0).unwrap_or_default(),
+                metrics_listen: iface.metrics_listen.and_then(|v| v.0),
+                log_level: iface.log_level.map(|v| v.0),
             },
             peers,
         })
@@ -1010,6 +1030,34 @@ fn parse_path(s: &str) -> Result<PathConfig, String> {
         bind,
         endpoint,
         transport,
+    })
+}
+
+/// `MetricsListen`: `IP:PORT` or `[IPv6]:PORT` (a literal address, so
+/// what is exposed is never up to a resolver), or `off`.
+fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let addr: SocketAddr = s.parse().map_err(|_| {
+        format!(
+            "invalid address {s:?} (expected IP:PORT such as 127.0.0.1:9586, [::1]:9586, or off)"
+        )
+    })?;
+    if addr.port() == 0 {
+        return Err(format!(
+            "{s:?} has port 0; name the port Prometheus scrapes"
+        ));
+    }
+    Ok(Some(addr))
+}
+
+fn parse_log_level(s: &str) -> Result<crate::log::Level, String> {
+    crate::log::Level::parse(s).ok_or_else(|| {
+        format!(
+            "unknown log level {s:?} (expected {})",
+            crate::log::Level::NAMES
+        )
     })
 }
 

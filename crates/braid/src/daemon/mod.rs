@@ -17,6 +17,7 @@ mod clocks;
 pub mod control;
 pub mod crypto_helpers;
 pub mod dataplane;
+mod events;
 pub mod guardian;
 pub mod hooks;
 pub mod iface;
@@ -57,12 +58,6 @@ const HOUSEKEEPING: Duration = Duration::from_secs(1);
 /// enough that a busy receive loop does not scan every peer per batch.
 const PATH_MTU_FOLLOW: Duration = Duration::from_millis(100);
 
-macro_rules! log {
-    ($name:expr, $($arg:tt)*) => {
-        eprintln!("braid[{}]: {}", $name, format!($($arg)*))
-    };
-}
-
 /// What to bring up.
 pub struct UpRequest {
     pub name: String,
@@ -71,6 +66,8 @@ pub struct UpRequest {
     pub config: Option<Config>,
     /// Whether the daemon gives up root once set up.
     pub privileges: privilege::Privileges,
+    /// The most verbose level logged (`LogLevel =`, raised by `-v`).
+    pub log_level: crate::log::Level,
 }
 
 /// Turns a parsed config into the same `set` request the UAPI would send,
@@ -113,6 +110,8 @@ pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
 /// the set-up.
 pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
     let name = req.name.clone();
+    crate::log::set_level(req.log_level);
+    crate::log::detect_output();
     let (mut daemon, path) = match setup(&req) {
         Ok(v) => v,
         Err(e) => {
@@ -131,13 +130,13 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         daemon.state.listen_port
     ));
     daemon.notifier = ready.take_notifier();
-    log!(
+    crate::info!(
         name,
         "up, listening on UDP port {}",
         daemon.state.listen_port
     );
     if daemon.shared.crypto_helpers > 0 {
-        log!(
+        crate::info!(
             name,
             "{} crypto helper thread(s) per direction",
             daemon.shared.crypto_helpers
@@ -149,18 +148,18 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
     }
     if let Some(guardian) = daemon.guardian.as_mut() {
         if let Err(e) = guardian.pre_down() {
-            log!(name, "PreDown through the privilege guardian: {e}");
+            crate::error!(name, "PreDown through the privilege guardian: {e}");
         }
     } else if let Err(e) = run_hooks(&name, &pre_down) {
-        log!(name, "{e}");
+        crate::error!(name, "{e}");
     }
     let _ = std::fs::remove_file(&path);
     if background::stop_requested() || !daemon.routes.fails_closed() {
         if let Err(e) = daemon.routes.remove() {
-            log!(name, "removing routing rules: {e}");
+            crate::error!(name, "removing routing rules: {e}");
         }
     } else {
-        log!(
+        crate::warn!(
             name,
             "stopped without a stop request: the full tunnel stays closed (its rules and \
              unreachable routes stay, FailClosed); `braid up` again or `braid down {name}.conf` \
@@ -173,10 +172,10 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
     drop(daemon);
     if !guarded {
         if let Err(e) = run_hooks(&name, &post_down) {
-            log!(name, "{e}");
+            crate::error!(name, "{e}");
         }
     }
-    log!(name, "down");
+    crate::info!(name, "down");
     result
 }
 
@@ -199,6 +198,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     if let Some(cfg) = &req.config {
         routes::check_table_free(cfg, full_tunnel_mark)?;
     }
+    // Bound before anything changes, so a port in use stops `braid up`
+    // with nothing to undo.
+    let metrics_listener = req
+        .config
+        .as_ref()
+        .and_then(|c| c.interface.metrics_listen)
+        .map(crate::metrics::bind)
+        .transpose()?;
     if let Some(cfg) = &req.config {
         run_hooks(name, &cfg.interface.pre_up)?;
     }
@@ -222,7 +229,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
     {
-        log!(name, "test knob: rekeying every {secs} s");
+        crate::warn!(name, "test knob: rekeying every {secs} s");
         device.set_rekey_after_time_for_tests(Duration::from_secs(secs));
     }
     if let Some(cfg) = &req.config {
@@ -287,7 +294,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         privilege::drop_to(target)?;
         g.up()?;
         let kept: Vec<&str> = privilege::KEPT_CAPABILITIES.iter().map(|c| c.1).collect();
-        log!(
+        crate::info!(
             name,
             "running as user {user}, keeping {}",
             kept.join(" and ")
@@ -295,7 +302,11 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     }
     // Every thread starts from here on, after the drop: each inherits the
     // reduced capabilities, bounding set and no-new-privs of this one.
-    let requests = control_socket.serve(waker.clone())?;
+    let (requester, requests) = control::request_channel(waker.clone());
+    if let Some(listener) = metrics_listener {
+        crate::metrics::serve(name, listener, requester.clone())?;
+    }
+    control_socket.serve(requester)?;
     let mss_fix = req
         .config
         .as_ref()
@@ -325,6 +336,13 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         control_batch: data_plane_batch(stride_for(mtu as usize)),
         routes: installed,
         guardian,
+        events: events::EventWatch::default(),
+        log_raise: req.log_level.steps_above(
+            req.config
+                .as_ref()
+                .and_then(|c| c.interface.log_level)
+                .unwrap_or(crate::log::Level::Info),
+        ),
         running: req.config.as_ref().map(reload::Running::new),
         notifier: None,
     };
@@ -384,6 +402,10 @@ struct Daemon {
     control_batch: PacketBatch,
     routes: routes::Installed,
     guardian: Option<guardian::Guardian>,
+    events: events::EventWatch,
+    /// How many levels `-v` raised the config's `LogLevel` by (a reload
+    /// that changes `LogLevel` keeps them).
+    log_raise: u8,
     /// The config it runs, for `braid syncconf` to compare a file with;
     /// `None` for an interface configured over the userspace API alone.
     running: Option<reload::Running>,
@@ -409,7 +431,7 @@ impl Daemon {
         // (EBADFD), wherever the interface was: that is its removal, a
         // stop like any other, not an I/O failure.
         if matches!(&result, Err(e) if braid_io::is_removed_error(e)) || self.shared.tun.removed() {
-            log!(self.name, "interface was removed");
+            crate::info!(self.name, "interface was removed");
             return Ok(());
         }
         result
@@ -471,7 +493,7 @@ impl Daemon {
             // Time the monotonic clock missed (a suspend) ages sessions and
             // timers before they fire; the wall clock ran on too.
             if let Some(slept) = suspend.check(now) {
-                log!(self.name, "the system slept for {:.0?}", slept);
+                crate::info!(self.name, "the system slept for {:.0?}", slept);
                 let mut device = self.shared.device();
                 device.time_passed_unseen(now, slept);
                 let (at, wall) = clocks::wall_now();
@@ -481,6 +503,7 @@ impl Daemon {
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
                 self.shared.follow_path_mtu(&self.name);
+                self.events.look(&self.shared.device(), &self.name);
             }
             self.write_released(now)?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
@@ -538,7 +561,11 @@ impl Daemon {
                 Request::Set(set) => self.apply(&set),
                 Request::SetBraid(config) => {
                     let (response, line) = self.serve_sync(&config);
-                    log!(self.name, "{line}");
+                    if matches!(response, Response::Synced(Err(_))) {
+                        crate::warn!(self.name, "{line}");
+                    } else {
+                        crate::info!(self.name, "{line}");
+                    }
                     response
                 }
             };
@@ -566,7 +593,9 @@ impl Daemon {
                     .load(std::sync::atomic::Ordering::Relaxed),
             ),
         ];
-        control::snapshot(&self.shared.device(), &self.state, &io)
+        let mut snap = control::snapshot(&self.shared.device(), &self.state, &io);
+        snap.events = crate::log::recent();
+        snap
     }
 
     fn apply(&mut self, set: &SetRequest) -> Response {
@@ -586,7 +615,7 @@ impl Daemon {
                         self.shared.replace_main_line(udp);
                     }
                     Err(e) => {
-                        log!(self.name, "cannot listen on UDP port {port}: {e}");
+                        crate::warn!(self.name, "cannot listen on UDP port {port}: {e}");
                         return Response::Error(Errno::EADDRINUSE);
                     }
                 }
@@ -599,7 +628,7 @@ impl Daemon {
             self.state.fwmark = mark;
         }
         if let Err(e) = dataplane::transmit_pending(&self.shared, now, &mut self.control_batch) {
-            log!(self.name, "send failed: {e}");
+            crate::warn!(self.name, "send failed: {e}");
         }
         Response::Ok
     }

@@ -188,12 +188,12 @@ impl PathMtu {
                 } else {
                     ""
                 };
-                eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}{ipv6}");
+                crate::info!(name, "path MTU: tunnel MTU {was} -> {target}{ipv6}");
                 Some(target)
             }
             Err(e) => {
                 self.refused.store(target, Ordering::Relaxed);
-                eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}");
+                crate::warn!(name, "cannot set the tunnel MTU to {target}: {e}");
                 None
             }
         }
@@ -223,7 +223,7 @@ impl PathMtu {
                 ),
                 _ => format!("peer {peer}: its packets go whole again"),
             };
-            eprintln!("braid[{name}]: path MTU: {line}");
+            crate::info!(name, "path MTU: {line}");
         }
     }
 

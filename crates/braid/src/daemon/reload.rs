@@ -219,6 +219,16 @@ impl Daemon {
                 Err(e) => notes.push(format!("FwMark {mark}: {e}")),
             }
         }
+        if new.interface.log_level != old.interface.log_level {
+            // The -v of `braid up` still counts.
+            let level = new
+                .interface
+                .log_level
+                .unwrap_or(crate::log::Level::Info)
+                .raised_by(self.log_raise);
+            crate::log::set_level(level);
+            notes.push(format!("log level {level}"));
+        }
         self.close_unused_lines(&new);
         self.sync_routes(old, &new, &mut summary, &mut notes);
         if let Err(e) =
@@ -444,6 +454,7 @@ pub fn restart_notes(old: &Config, new: &Config) -> Vec<String> {
         ("SaveConfig", o.save_config != n.save_config),
         ("FailClosed", o.fail_closed != n.fail_closed),
         ("MssFix", o.mss_fix != n.mss_fix),
+        ("MetricsListen", o.metrics_listen != n.metrics_listen),
     ];
     let mut notes: Vec<String> = changed
         .iter()

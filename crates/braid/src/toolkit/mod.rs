@@ -6,12 +6,14 @@
 //!   and the end-to-end tests;
 //! - [`demo`]: `braid demo`;
 //! - [`bench`]: `braid bench crypto|tunnel|lines|echo|handshake-flood|netem`;
-//! - [`netem`]: `braid netem`, the link-impairment emulator.
+//! - [`netem`]: `braid netem`, the link-impairment emulator;
+//! - [`plot`]: `--plot FILE.svg` of the demo and the benches.
 
 pub mod bench;
 pub mod demo;
 pub mod lab;
 pub mod netem;
+pub mod plot;
 
 /// The help text of a subcommand that parses its own arguments (what its
 /// `--help` prints), by its words after `braid`; its man page shows it.

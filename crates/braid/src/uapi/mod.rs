@@ -183,6 +183,8 @@ pub struct DeviceSnapshot {
     pub peers: Vec<PeerSnapshot>,
     /// braid's device-wide counters, in display order.
     pub extra: Vec<(String, u64)>,
+    /// braid: the daemon's last events at info and above (`braid top`).
+    pub events: Vec<crate::log::RecentEvent>,
 }
 
 impl DeviceSnapshot {
@@ -195,6 +197,7 @@ impl DeviceSnapshot {
             fwmark,
             peers: Vec::new(),
             extra: Vec::new(),
+            events: Vec::new(),
         }
     }
 }
@@ -701,6 +704,8 @@ pub(crate) struct DeviceJson {
     fwmark: u32,
     peers: Vec<PeerJson>,
     extra: Vec<(String, u64)>,
+    #[serde(default)]
+    events: Vec<crate::log::RecentEvent>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -758,6 +763,7 @@ pub(crate) fn json_view(snap: &DeviceSnapshot) -> DeviceJson {
             })
             .collect(),
         extra: snap.extra.clone(),
+        events: snap.events.clone(),
     }
 }
 
@@ -798,6 +804,7 @@ pub fn snapshot_from_json(json: &str) -> Result<DeviceSnapshot, serde_json::Erro
             })
             .collect::<Result<_, serde_json::Error>>()?,
         extra: dev.extra,
+        events: dev.events,
     })
 }
 

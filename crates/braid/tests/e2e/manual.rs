@@ -32,7 +32,8 @@ fn listed_options(words: &[&str]) -> Vec<String> {
     help.stdout
         .split_whitespace()
         .filter(|w| w.starts_with("--"))
-        .map(|w| w.trim_end_matches(',').to_string())
+        // `--verbose...` is how clap shows a flag that may repeat.
+        .map(|w| w.trim_end_matches(',').trim_end_matches("...").to_string())
         .collect()
 }
 
