@@ -51,6 +51,7 @@ mod repair;
 mod send;
 mod state;
 mod sticky;
+mod trains;
 
 pub use jobs::{CryptoJobs, CryptoPart};
 pub use pmtu::{MtuNotice, PathRoute};
@@ -158,6 +159,7 @@ impl Device {
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
             pmtu_probes: VecDeque::new(),
+            trains: VecDeque::new(),
             resends: VecDeque::new(),
             padding_cap: usize::MAX,
             too_big: Vec::new(),

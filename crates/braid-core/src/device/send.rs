@@ -245,6 +245,7 @@ impl Device {
         !self.control.is_empty()
             || !self.pending_flush.is_empty()
             || self.has_pmtu_probes()
+            || self.has_trains()
             || self.has_resends()
     }
 
@@ -271,6 +272,7 @@ impl Device {
         }
         self.transmit_resends(now, out);
         self.transmit_pmtu_probes(now, out);
+        self.transmit_trains(now, out);
         let mtu = self.padding_mtu();
         while let Some(&pid) = self.pending_flush.last() {
             let Some(p) = self.peers[pid].as_mut() else {
@@ -341,7 +343,10 @@ impl Device {
             }
             self.pending_flush.pop();
         }
-        !self.control.is_empty() || self.has_pmtu_probes() || self.has_resends()
+        !self.control.is_empty()
+            || self.has_pmtu_probes()
+            || self.has_resends()
+            || self.has_trains()
     }
 }
 

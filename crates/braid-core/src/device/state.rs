@@ -112,6 +112,8 @@ pub struct Device {
     pub(super) control: VecDeque<Control>,
     /// Padded path MTU probes waiting to be sent (too big for `control`).
     pub(super) pmtu_probes: VecDeque<QueuedProbe>,
+    /// Probe trains waiting for `poll_transmit` (see `trains`).
+    pub(super) trains: VecDeque<super::trains::TrainPart>,
     pub(super) resends: VecDeque<QueuedResend>,
     /// Padding never grows a packet beyond what the paths carry.
     pub(super) padding_cap: usize,
