@@ -2,6 +2,7 @@
 
 use super::jobs::CryptoJobs;
 use super::state::{Device, IndexEntry};
+use crate::batch::LocalAddr;
 use crate::consts::INITIATIONS_PER_SECOND;
 use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};
 use crate::noise;
@@ -142,7 +143,7 @@ impl Device {
     pub(super) fn prepare_initiation(
         &mut self,
         now: Instant,
-        (line, src): (u16, SocketAddr),
+        (line, src, arrived_at): (u16, SocketAddr, LocalAddr),
         msg: &[u8; INITIATION_LEN],
         jobs: &mut CryptoJobs,
     ) {
@@ -154,7 +155,13 @@ impl Device {
             return;
         };
         let ephemeral = StaticSecret::from(self.random_bytes::<32>());
-        jobs.push_initiation((line, src), msg, &local, &self.by_key, ephemeral);
+        jobs.push_initiation(
+            (line, src, arrived_at),
+            msg,
+            &local,
+            &self.by_key,
+            ephemeral,
+        );
     }
 
     /// Answers the initiations whose DH work `jobs` did: the peer by the
@@ -162,9 +169,9 @@ impl Device {
     /// session and the response.
     pub(super) fn finish_initiations(&mut self, now: Instant, jobs: &mut CryptoJobs) {
         for job in jobs.initiations_mut() {
-            let (line, src) = (job.line, job.src);
+            let from = (job.line, job.src, job.arrived_at);
             match job.outcome.take() {
-                Some(Ok((received, dh))) => self.answer_initiation(now, line, src, received, dh),
+                Some(Ok((received, dh))) => self.answer_initiation(now, from, received, dh),
                 Some(Err(())) | None => {
                     self.counters.handshake_rejected =
                         self.counters.handshake_rejected.saturating_add(1);
@@ -176,8 +183,7 @@ impl Device {
     fn answer_initiation(
         &mut self,
         now: Instant,
-        line: u16,
-        src: SocketAddr,
+        (line, src, arrived_at): (u16, SocketAddr, LocalAddr),
         received: noise::ReceivedInitiation,
         dh: noise::ResponseDh,
     ) {
@@ -229,6 +235,8 @@ impl Device {
         p.keypairs.install(kp, &mut dropped);
         p.authenticated_rx(now, line, src, INITIATION_LEN);
         p.counters.handshake_responses_sent = p.counters.handshake_responses_sent.saturating_add(1);
+        self.note_local_address(line, src, arrived_at);
+        let p = self.peers[pid].as_mut().expect("checked above");
         p.on_session_derived(now);
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
@@ -243,6 +251,7 @@ impl Device {
         now: Instant,
         line: u16,
         src: SocketAddr,
+        arrived_at: LocalAddr,
         msg: &[u8; RESPONSE_LEN],
     ) {
         let sender = messages::read_u32(msg, messages::response::SENDER);
@@ -272,6 +281,7 @@ impl Device {
         let mut dropped = std::mem::take(&mut self.scratch_indices);
         p.keypairs.install(kp, &mut dropped);
         p.authenticated_rx(now, line, src, msg.len());
+        self.note_local_address(line, src, arrived_at);
         let wall = self.wall_clock(now);
         let p = self.peers[pid].as_mut().expect("checked above");
         p.on_handshake_complete(wall);

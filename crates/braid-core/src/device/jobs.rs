@@ -15,7 +15,7 @@
 //! the device then finds the peer and sends the response.
 
 use super::table::PeerKeys;
-use crate::batch::{PacketBatch, SlotRange};
+use crate::batch::{LocalAddr, PacketBatch, SlotRange};
 use crate::cipher::DataKeys;
 use crate::messages::INITIATION_LEN;
 use crate::noise::{self, LocalStatic, ReceivedInitiation, ResponseDh};
@@ -41,9 +41,11 @@ pub(super) struct Job {
 
 /// The DH work of answering one handshake initiation.
 pub(super) struct InitiationJob {
-    /// Where it came from: the line and source its response goes to.
+    /// Where it came from: the line and source its response goes to, and
+    /// the local address it arrived at (the response leaves from it).
     pub line: u16,
     pub src: SocketAddr,
+    pub arrived_at: LocalAddr,
     msg: [u8; INITIATION_LEN],
     local: Arc<LocalStatic>,
     /// Whose initiations are answered.
@@ -134,7 +136,7 @@ impl CryptoJobs {
     /// `line`) with `ephemeral` as our ephemeral key.
     pub(super) fn push_initiation(
         &mut self,
-        (line, src): (u16, SocketAddr),
+        (line, src, arrived_at): (u16, SocketAddr, LocalAddr),
         msg: &[u8; INITIATION_LEN],
         local: &Arc<LocalStatic>,
         peers: &PeerKeys,
@@ -143,6 +145,7 @@ impl CryptoJobs {
         self.initiations.push(InitiationJob {
             line,
             src,
+            arrived_at,
             msg: *msg,
             local: local.clone(),
             peers: peers.clone(),

@@ -8,8 +8,11 @@
 //! ([`PeerTable::settle`]), so its cost is per peer worked on, never per
 //! peer known. Reads (`Index`) note nothing.
 
+use super::pmtu::MtuNotice;
+use super::state::Device;
 use crate::deadlines::DeadlineQueue;
 use crate::peer::{Peer, PeerId};
+use crate::pmtud::MAX_PLPMTU;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::{Index, IndexMut};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -59,32 +62,34 @@ impl PeerKeys {
 }
 
 /// What a peer says about the tunnel MTU it can take (see
-/// `Device::refresh_path_mtus`).
+/// `Device::peer_path_mtu`), in a form that does not depend on the
+/// interface's default, so it can be counted once as it changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) enum PathMtuSays {
     /// Nothing yet: no session.
     #[default]
     Nothing,
-    /// A stock WireGuard peer with a session: the interface's default.
-    Default,
+    /// A stock WireGuard peer with a session: the interface's default, or
+    /// less when its local lines carry less.
+    Stock(Option<usize>),
     /// A braid peer: what discovery found on its paths.
     Discovered(usize),
 }
 
 impl PathMtuSays {
     fn of(p: &Peer) -> PathMtuSays {
+        let says = Self::counted(p);
+        debug_assert_eq!(says.value(1420), Device::peer_path_mtu(p, 1420));
+        says
+    }
+
+    fn counted(p: &Peer) -> PathMtuSays {
         if p.speaks_braid() {
-            // With every path down, what they carried last still holds
-            // (no flapping back to the default while a line is cut).
-            let any_up = p.paths.iter().any(|path| path.is_up());
-            p.paths
-                .iter()
-                .filter(|path| path.is_up() || !any_up)
-                .map(|path| path.pmtu.plpmtu())
-                .min()
-                .map_or(PathMtuSays::Nothing, PathMtuSays::Discovered)
+            Device::path_carry(p, |_| true).map_or(PathMtuSays::Nothing, |carry| {
+                PathMtuSays::Discovered(Device::limit_for(p, carry))
+            })
         } else if p.keypairs.current.is_some() {
-            PathMtuSays::Default
+            PathMtuSays::Stock(Device::stock_line_limit(p))
         } else {
             PathMtuSays::Nothing
         }
@@ -93,7 +98,7 @@ impl PathMtuSays {
     pub(super) fn value(self, default: usize) -> Option<usize> {
         match self {
             PathMtuSays::Nothing => None,
-            PathMtuSays::Default => Some(default),
+            PathMtuSays::Stock(line) => Some(line.map_or(default, |l| l.min(default))),
             PathMtuSays::Discovered(mtu) => Some(mtu),
         }
     }
@@ -104,48 +109,73 @@ impl PathMtuSays {
 #[derive(Debug, Default)]
 struct MtuCensus {
     discovered: BTreeMap<usize, u32>,
-    defaults: u32,
+    /// Stock peers whose lines carry no less than the default.
+    stock_unlimited: u32,
+    /// Stock peers by what their lines carry.
+    stock_lines: BTreeMap<usize, u32>,
+}
+
+fn count(map: &mut BTreeMap<usize, u32>, key: usize, add: bool) {
+    if add {
+        *map.entry(key).or_default() += 1;
+    } else {
+        let n = map.get_mut(&key).expect("counted when added");
+        *n -= 1;
+        if *n == 0 {
+            map.remove(&key);
+        }
+    }
 }
 
 impl MtuCensus {
-    fn add(&mut self, says: PathMtuSays) {
+    fn count(&mut self, says: PathMtuSays, add: bool) {
         match says {
             PathMtuSays::Nothing => {}
-            PathMtuSays::Default => self.defaults += 1,
-            PathMtuSays::Discovered(mtu) => *self.discovered.entry(mtu).or_default() += 1,
+            PathMtuSays::Stock(None) if add => self.stock_unlimited += 1,
+            PathMtuSays::Stock(None) => self.stock_unlimited -= 1,
+            PathMtuSays::Stock(Some(line)) => count(&mut self.stock_lines, line, add),
+            PathMtuSays::Discovered(mtu) => count(&mut self.discovered, mtu, add),
         }
     }
 
-    fn remove(&mut self, says: PathMtuSays) {
-        match says {
-            PathMtuSays::Nothing => {}
-            PathMtuSays::Default => self.defaults -= 1,
-            PathMtuSays::Discovered(mtu) => {
-                let n = self.discovered.get_mut(&mtu).expect("counted when added");
-                *n -= 1;
-                if *n == 0 {
-                    self.discovered.remove(&mtu);
-                }
-            }
-        }
+    /// Every value a peer says with `default` as the interface's: the
+    /// largest and the smallest of each kind.
+    fn extremes(&self, default: usize) -> [Option<usize>; 4] {
+        let unlimited = (self.stock_unlimited > 0).then_some(default);
+        let lines = |l: Option<(&usize, &u32)>| l.map(|(&l, _)| l.min(default));
+        [
+            self.discovered.first_key_value().map(|(&m, _)| m),
+            self.discovered.last_key_value().map(|(&m, _)| m),
+            lines(self.stock_lines.first_key_value())
+                .min(unlimited)
+                .or(unlimited),
+            lines(self.stock_lines.last_key_value()).max(unlimited),
+        ]
     }
 
-    /// The largest MTU any peer says (`default` for stock peers); `None`
-    /// when no peer says anything.
+    /// The largest MTU any peer says; `None` when no peer says anything.
     fn largest(&self, default: usize) -> Option<usize> {
-        let discovered = self.discovered.last_key_value().map(|(&m, _)| m);
-        let stock = (self.defaults > 0).then_some(default);
+        let [_, discovered, _, stock] = self.extremes(default);
         discovered.max(stock)
     }
 
     fn smallest(&self, default: usize) -> Option<usize> {
-        let discovered = self.discovered.first_key_value().map(|(&m, _)| m);
-        let stock = (self.defaults > 0).then_some(default);
+        let [discovered, _, stock, _] = self.extremes(default);
         match (discovered, stock) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     }
+}
+
+/// How the last refresh set the interface MTU: the limits of peers the
+/// device works on follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MtuMode {
+    default: usize,
+    /// The interface MTU is fixed at `default` whatever the paths say.
+    fixed: bool,
+    interface: usize,
 }
 
 /// The peers by id, with their schedule; see the module documentation.
@@ -165,9 +195,11 @@ pub struct PeerTable {
     /// What each peer says about the MTU, as last counted, and the count.
     mtu_says: Vec<PathMtuSays>,
     census: MtuCensus,
-    /// The MTU the last refresh gave the interface, and the default it
-    /// used: peers whose paths carry less get `mtu_limit`.
-    interface_mtu: Option<(usize, usize)>,
+    /// What the last refresh made of the interface MTU: the peers' limits
+    /// follow it.
+    mtu_mode: Option<MtuMode>,
+    /// How peers' packets go now, where that changed worth a log line.
+    mtu_notices: Vec<MtuNotice>,
     /// Peers whose deadlines `handle_timeout` took out, ever.
     pub(super) woken: u64,
     /// Peers settled since the last [`take_changed`](Self::take_changed),
@@ -295,15 +327,34 @@ impl PeerTable {
             self.deadlines.set(pid, deadline);
             self.set_has_session(pid, session);
             if says != self.mtu_says[pid] {
-                self.census.remove(self.mtu_says[pid]);
-                self.census.add(says);
+                self.census.count(self.mtu_says[pid], false);
+                self.census.count(says, true);
                 self.mtu_says[pid] = says;
             }
-            let limit = self.mtu_limit_of(says);
-            if let Some(p) = self.slots[pid].as_mut() {
-                p.mtu_limit = limit;
-            }
+            self.set_limits(pid);
         }
+    }
+
+    /// A peer's limits as the last refresh's mode has them (before the
+    /// first refresh, none are set).
+    fn set_limits(&mut self, pid: PeerId) {
+        let (Some(mode), Some(p)) = (self.mtu_mode, self.slots[pid].as_mut()) else {
+            return;
+        };
+        let limit = if mode.fixed {
+            // Nothing longer than one datagram carries goes to anyone.
+            let known = Device::peer_known_limit(p).map(|m| Device::limit_for(p, m));
+            Some(known.map_or(MAX_PLPMTU, |m| m.min(MAX_PLPMTU))).filter(|&m| m < mode.default)
+        } else {
+            self.mtu_says[pid]
+                .value(mode.default)
+                .filter(|&m| m < mode.interface)
+        };
+        Device::set_limits(&mut self.mtu_notices, p, limit);
+    }
+
+    pub fn take_mtu_notices(&mut self, out: &mut Vec<MtuNotice>) {
+        out.append(&mut self.mtu_notices);
     }
 
     /// Moves the peers changed since the last call into `out` (each
@@ -314,11 +365,6 @@ impl PeerTable {
             self.is_changed[pid] = false;
         }
         out.append(&mut self.changed);
-    }
-
-    fn mtu_limit_of(&self, says: PathMtuSays) -> Option<usize> {
-        let (interface, default) = self.interface_mtu?;
-        says.value(default).filter(|&m| m < interface)
     }
 
     fn set_has_session(&mut self, pid: PeerId, has: bool) {
@@ -339,20 +385,26 @@ impl PeerTable {
     }
 
     /// The interface MTU for `default` (the largest any peer's paths
-    /// carry), and every peer whose paths carry less gets that as its
-    /// `mtu_limit`. Walks the peers with a session only when the
-    /// interface MTU changed.
-    pub fn refresh_path_mtus(&mut self, default: usize) -> usize {
+    /// carry, or `default` itself when `fixed`), and every peer's limits
+    /// to go with it. The peers the device worked on since have theirs
+    /// already; all peers with a session are walked only when the
+    /// interface MTU or the mode changed.
+    pub fn refresh_path_mtus(&mut self, default: usize, fixed: bool) -> usize {
         self.settle();
-        let interface = self.census.largest(default).unwrap_or(default);
-        if self.interface_mtu != Some((interface, default)) {
-            self.interface_mtu = Some((interface, default));
+        let interface = if fixed {
+            default
+        } else {
+            self.census.largest(default).unwrap_or(default)
+        };
+        let mode = MtuMode {
+            default,
+            fixed,
+            interface,
+        };
+        if self.mtu_mode != Some(mode) {
+            self.mtu_mode = Some(mode);
             for i in 0..self.with_session.len() {
-                let pid = self.with_session[i];
-                let limit = self.mtu_limit_of(self.mtu_says[pid]);
-                if let Some(p) = self.slots[pid].as_mut() {
-                    p.mtu_limit = limit;
-                }
+                self.set_limits(self.with_session[i]);
             }
         }
         interface

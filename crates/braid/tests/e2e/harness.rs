@@ -175,6 +175,8 @@ fn apt_package(tool: &str) -> &'static str {
         "ping" => "iputils-ping",
         "ip" | "ss" => "iproute2",
         "tcpdump" => "tcpdump",
+        "resolvconf" => "openresolv",
+        "nft" => "nftables",
         "systemd-analyze" => "systemd",
         "dpkg" | "dpkg-deb" => "dpkg",
         "useradd" => "passwd",

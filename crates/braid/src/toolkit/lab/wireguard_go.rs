@@ -22,7 +22,18 @@ impl WgGo {
     /// Starts interface `ifname` in `ns` with `conf`; its log and setconf
     /// file go to `dir`.
     pub fn start(ns: &Netns, ifname: &str, conf: &IfaceConf, dir: &Path) -> LabResult<WgGo> {
-        let mut c = ns.cmd("wireguard-go");
+        Self::start_exe(Path::new("wireguard-go"), ns, ifname, conf, dir)
+    }
+
+    /// [`WgGo::start`] with the wireguard-go at `exe` (e.g. [`reference`]'s).
+    pub fn start_exe(
+        exe: &Path,
+        ns: &Netns,
+        ifname: &str,
+        conf: &IfaceConf,
+        dir: &Path,
+    ) -> LabResult<WgGo> {
+        let mut c = ns.cmd(exe);
         c.args(["-f", ifname]).env("LOG_LEVEL", "debug");
         let log = dir.join(format!("{ifname}.wireguard-go.log"));
         let name = format!("wireguard-go {ifname}");
@@ -141,4 +152,26 @@ pub fn newest(install: bool) -> Result<(PathBuf, String), String> {
         ));
     }
     Ok((wg_go, version))
+}
+
+/// The wireguard-go a reference run uses, and what its `--version` says:
+/// `$BRAID_WIREGUARD_GO` when set, else the newest (bench/compare's cache,
+/// see [`newest_wireguard_go_path`],
+/// or `go install`'s default `~/go/bin/wireguard`) when one is there, else
+/// Debian's `wireguard-go` from the PATH.
+pub fn reference() -> (PathBuf, String) {
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let chosen = std::env::var_os("BRAID_WIREGUARD_GO").map(PathBuf::from);
+    let candidates = [
+        newest_wireguard_go_path(),
+        Path::new(&home).join("go/bin/wireguard"),
+    ];
+    let exe = chosen
+        .or_else(|| candidates.into_iter().find(|p| p.is_file()))
+        .unwrap_or_else(|| PathBuf::from("wireguard-go"));
+    let mut c = Command::new(&exe);
+    c.arg("--version");
+    let out = run_bounded(c, SHORT);
+    let version = out.stdout.lines().next().unwrap_or("").trim().to_string();
+    (exe, version)
 }
