@@ -28,9 +28,11 @@ pub fn arrival_time(msg: &libc::msghdr) -> Option<SystemTime> {
 /// A wall-clock time from a timespec's fields; `None` for what no clock
 /// reading is (before 1970, nanoseconds outside 0..1e9, past what
 /// `SystemTime` holds), where plain casts and `+` would wrap or panic.
-fn timespec_to_time(sec: libc::time_t, nsec: libc::c_long) -> Option<SystemTime> {
-    let sec = u64::try_from(sec).ok()?;
-    let nsec = u32::try_from(nsec).ok().filter(|&n| n < 1_000_000_000)?;
+/// Generic over the fields' types, which differ between libcs (musl's
+/// `time_t` is 64 bits even on 32-bit targets, glibc's follows the word).
+fn timespec_to_time(sec: impl TryInto<u64>, nsec: impl TryInto<u32>) -> Option<SystemTime> {
+    let sec: u64 = sec.try_into().ok()?;
+    let nsec = nsec.try_into().ok().filter(|&n| n < 1_000_000_000)?;
     SystemTime::UNIX_EPOCH.checked_add(Duration::new(sec, nsec))
 }
 
@@ -52,8 +54,9 @@ pub(super) fn set_segment(msg: &mut libc::msghdr, buf: &mut SegmentCmsgBuf, segm
     let data_len = mem::size_of::<u16>() as libc::c_uint;
     msg.msg_control = buf.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE is a pure size computation.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(data_len) } as usize;
-    debug_assert!(msg.msg_controllen <= mem::size_of::<SegmentCmsgBuf>());
+    let space = unsafe { libc::CMSG_SPACE(data_len) };
+    msg.msg_controllen = crate::sys::kernel_int(space);
+    debug_assert!(space as usize <= mem::size_of::<SegmentCmsgBuf>());
     // SAFETY: msg_control points at `buf`, which is at least
     // msg_controllen bytes and aligned for cmsghdr, so CMSG_FIRSTHDR returns
     // a valid, writable header with room for a u16 of data behind it.
@@ -61,7 +64,7 @@ pub(super) fn set_segment(msg: &mut libc::msghdr, buf: &mut SegmentCmsgBuf, segm
         let cmsg = libc::CMSG_FIRSTHDR(msg);
         (*cmsg).cmsg_level = libc::SOL_UDP;
         (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as usize;
+        (*cmsg).cmsg_len = crate::sys::kernel_int(libc::CMSG_LEN(data_len));
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
     }
 }
@@ -154,10 +157,11 @@ mod extremes {
     }
 
     fn timespec_bytes(sec: i64, nsec: i64) -> Vec<u8> {
-        let ts = libc::timespec {
-            tv_sec: sec as libc::time_t,
-            tv_nsec: nsec as libc::c_long,
-        };
+        // SAFETY: all-zero timespec is valid (musl's has padding on
+        // 32-bit targets, so it cannot be written as a literal there).
+        let mut ts: libc::timespec = unsafe { mem::zeroed() };
+        ts.tv_sec = crate::sys::kernel_int(sec);
+        ts.tv_nsec = crate::sys::kernel_int(nsec);
         // SAFETY: timespec is plain data of its size.
         unsafe {
             std::slice::from_raw_parts(

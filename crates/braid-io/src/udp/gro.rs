@@ -171,7 +171,7 @@ impl RxScratch {
         h.msg_hdr.msg_flags = 0;
         if control {
             h.msg_hdr.msg_control = cmsg.cast();
-            h.msg_hdr.msg_controllen = mem::size_of::<CmsgBuf>();
+            h.msg_hdr.msg_controllen = crate::sys::kernel_int(mem::size_of::<CmsgBuf>());
         } else {
             h.msg_hdr.msg_control = std::ptr::null_mut();
             h.msg_hdr.msg_controllen = 0;
@@ -323,7 +323,7 @@ impl SocketFd {
                     self.fd.as_raw_fd(),
                     hdrs.as_mut_ptr(),
                     hdrs.len() as libc::c_uint,
-                    libc::MSG_DONTWAIT,
+                    crate::sys::kernel_int(libc::MSG_DONTWAIT),
                     std::ptr::null_mut(),
                 )
             };
