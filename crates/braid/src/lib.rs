@@ -6,5 +6,6 @@ pub mod doctor;
 pub mod keys;
 pub mod mtu_show;
 pub mod show;
+pub mod threads;
 pub mod toolkit;
 pub mod uapi;

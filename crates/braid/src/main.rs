@@ -140,6 +140,8 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
+    // Before anything can start a thread: what exists now is not braid's.
+    braid::threads::note_start();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up {
