@@ -26,6 +26,7 @@ mod compression;
 mod crypto_helpers;
 mod doctor;
 mod doctor_paths;
+mod emulated;
 mod fail_closed;
 mod faults;
 mod full_tunnel;
