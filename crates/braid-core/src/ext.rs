@@ -23,6 +23,16 @@
 //! - `Repair { from, count }`: the sender's data messages with counters
 //!   `from..from + count` (of the session the request is sealed in) did
 //!   not arrive; re-send them if you still have them (see `repair`).
+//! - `Sent { next, repairs, behind }`: which data counters (of the session it is
+//!   sealed in) went on which of the sender's paths, so the receiver's
+//!   reorder window gives up a gap no idle or sparse line can fill without
+//!   waiting the hold: `next` is the counter the sender's next data
+//!   message gets, and for each of its paths `i` (the index its probes
+//!   carry), counters `next - behind[i]..next` did not go on path `i`
+//!   (`behind[i] = 0`: the latest one did; `u32::MAX`: nothing in the last
+//!   2^32 did). Bit `i` of `repairs`: the sender re-sends what its path
+//!   `i` loses, when asked (see `repair`); a gap no such path carried is
+//!   not worth asking for.
 
 pub const MAX_PAYLOAD: usize = 48;
 /// The nonce prefix that separates extension messages from data messages.
@@ -42,8 +52,12 @@ const KIND_PMTU_PROBE: u8 = 4;
 const KIND_PMTU_ACK: u8 = 5;
 const KIND_REPAIR: u8 = 6;
 const REPAIR_LEN: usize = 1 + 8 + 2;
+const KIND_SENT: u8 = 7;
+/// A `Sent` message's fixed part: kind, path count, `repairs`, `next`.
+const SENT_HEAD_LEN: usize = 1 + 1 + 1 + 8;
 
 pub use crate::path::Delivery;
+use crate::path::MAX_PATHS;
 
 /// The largest padded payload (a PMTU probe for a jumbo-frame line).
 pub const MAX_PADDED_PAYLOAD: usize = 9216;
@@ -58,6 +72,32 @@ pub enum ExtMessage {
     PmtuProbe(PmtuBody),
     PmtuAck(PmtuBody),
     Repair { from: u64, count: u16 },
+    Sent(SentBody),
+}
+
+/// See `Sent` in the module's documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SentBody {
+    pub next: u64,
+    /// How many of `behind` are paths of the sender (at most `MAX_PATHS`).
+    pub paths: u8,
+    /// Bit `i`: what path `i` loses is re-sent when asked.
+    pub repairs: u8,
+    pub behind: [u32; MAX_PATHS],
+}
+
+impl SentBody {
+    /// Counters `from..to` that did not go on the sender's path `i` (empty
+    /// for a path it does not have).
+    pub fn unassigned(&self, i: usize) -> (u64, u64) {
+        if i >= usize::from(self.paths).min(MAX_PATHS) {
+            return (self.next, self.next);
+        }
+        (
+            self.next.saturating_sub(u64::from(self.behind[i])),
+            self.next,
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +196,18 @@ impl ExtMessage {
                 out[9..11].copy_from_slice(&count.to_le_bytes());
                 REPAIR_LEN
             }
+            ExtMessage::Sent(b) => {
+                let n = usize::from(b.paths).min(MAX_PATHS);
+                out[0] = KIND_SENT;
+                out[1] = n as u8;
+                out[2] = b.repairs;
+                out[3..11].copy_from_slice(&b.next.to_le_bytes());
+                for (i, behind) in b.behind[..n].iter().enumerate() {
+                    let at = SENT_HEAD_LEN + 4 * i;
+                    out[at..at + 4].copy_from_slice(&behind.to_le_bytes());
+                }
+                SENT_HEAD_LEN + 4 * n
+            }
         }
     }
 
@@ -203,6 +255,23 @@ impl ExtMessage {
                 from: u64::from_le_bytes(payload[1..9].try_into().ok()?),
                 count: u16::from_le_bytes(payload[9..11].try_into().ok()?),
             }),
+            (&KIND_SENT, n) if n >= SENT_HEAD_LEN => {
+                let paths = payload[1];
+                if usize::from(paths) > MAX_PATHS || n != SENT_HEAD_LEN + 4 * usize::from(paths) {
+                    return None;
+                }
+                let mut behind = [0u32; MAX_PATHS];
+                for (i, b) in behind[..usize::from(paths)].iter_mut().enumerate() {
+                    let at = SENT_HEAD_LEN + 4 * i;
+                    *b = u32::from_le_bytes(payload[at..at + 4].try_into().ok()?);
+                }
+                Some(ExtMessage::Sent(SentBody {
+                    next: u64::from_le_bytes(payload[3..11].try_into().ok()?),
+                    paths,
+                    repairs: payload[2],
+                    behind,
+                }))
+            }
             _ => None,
         }
     }
@@ -252,6 +321,18 @@ mod tests {
                 from: u64::MAX,
                 count: u16::MAX,
             },
+            ExtMessage::Sent(SentBody {
+                next: u64::MAX,
+                paths: MAX_PATHS as u8,
+                repairs: 0xff,
+                behind: [0, 1, 2, 3, 4, 5, u32::MAX - 1, u32::MAX],
+            }),
+            ExtMessage::Sent(SentBody {
+                next: 7,
+                paths: 2,
+                repairs: 2,
+                behind: [3, u32::MAX, 0, 0, 0, 0, 0, 0],
+            }),
         ];
         for m in msgs {
             let mut buf = [0u8; MAX_PAYLOAD];
@@ -271,6 +352,30 @@ mod tests {
         assert_eq!(ExtMessage::decode(&buf[..n]), Some(ack));
         assert_eq!(ExtMessage::decode(&buf[..n + 1]), None);
         assert_eq!(ExtMessage::decode(&[9, 0, 0]), None);
+        // More paths than a peer has, or a count that does not match.
+        let mut sent = [0u8; SENT_HEAD_LEN + 4 * (MAX_PATHS + 1)];
+        sent[0] = KIND_SENT;
+        sent[1] = MAX_PATHS as u8 + 1;
+        assert_eq!(ExtMessage::decode(&sent), None);
+        sent[1] = 1;
+        assert_eq!(ExtMessage::decode(&sent[..SENT_HEAD_LEN + 8]), None);
+    }
+
+    #[test]
+    fn sent_says_which_counters_missed_each_path() {
+        let b = SentBody {
+            next: 100,
+            paths: 3,
+            repairs: 0,
+            behind: [0, 10, u32::MAX, 0, 0, 0, 0, 0],
+        };
+        assert_eq!(b.unassigned(0), (100, 100));
+        assert_eq!(b.unassigned(1), (90, 100));
+        // Further back than the counter goes: everything below `next`.
+        assert_eq!(b.unassigned(2), (0, 100));
+        // A path the sender does not have: nothing said.
+        assert_eq!(b.unassigned(3), (100, 100));
+        assert_eq!(b.unassigned(usize::MAX), (100, 100));
     }
 
     #[test]

@@ -92,6 +92,10 @@ pub struct Peer {
     pub sent_copies: Option<Box<crate::repair::SentCopies>>,
     /// The path the latest data message went on (its first copy's).
     pub last_path: usize,
+    /// When our latest `Sent` report left, and whether data went out
+    /// since (see `Device::report_sent`).
+    pub sent_report_at: Option<Instant>,
+    pub sent_since_report: bool,
     /// `RateLimit =`: one token bucket per direction; `None`: unlimited.
     pub rate_limit: Option<crate::shaper::RateLimit>,
     /// This peer's `Compression =`; `None` follows the interface's.
@@ -185,6 +189,8 @@ impl Peer {
             reorder_retired: [None; 2],
             sent_copies: None,
             last_path: 0,
+            sent_report_at: None,
+            sent_since_report: false,
             rate_limit: None,
             compression: None,
             lz4_session: None,
@@ -380,6 +386,21 @@ impl Peer {
         self.mode == Mode::Aggregate
             && self.speaks_braid()
             && self.paths.iter().filter(|p| p.is_up()).count() >= 2
+    }
+
+    /// Which of our paths have what they lose re-sent when the peer asks
+    /// (bit `i` for path `i`; see `crate::repair`): none unless we keep
+    /// copies.
+    pub fn repaired_paths(&self) -> u8 {
+        if !self.repairs_losses() {
+            return 0;
+        }
+        self.paths
+            .iter()
+            .take(crate::path::MAX_PATHS)
+            .enumerate()
+            .filter(|(_, p)| p.own_loss() >= crate::repair::OWN_LOSS)
+            .fold(0, |m, (i, _)| m | (1 << i))
     }
 
     /// The up path with the shortest round trip (the primary when none is

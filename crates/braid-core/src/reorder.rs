@@ -26,12 +26,16 @@
 //!    `max_bytes` bytes: the oldest gaps (never past the new packet) are
 //!    given up until it fits;
 //! 3. every live path has delivered a counter above it, each at least
-//!    `SLACK_FACTOR` × that path's own reorder slack ago. Lines are FIFO-ish:
-//!    one that never reorders has slack 0, so a gap that every line has
-//!    passed is lost at once and the added latency is the path skew, not
-//!    the hold. A path's slack is a decaying maximum of how late its own
-//!    packets came: arrival of a late packet minus arrival of the first
-//!    later counter on the same path.
+//!    `SLACK_FACTOR` × that path's own reorder slack ago, or the sender
+//!    said the gap's counters did not go on that path
+//!    ([`note_unassigned`](ReorderWindow::note_unassigned)). Lines are
+//!    FIFO-ish: one that never reorders has slack 0, so a gap that every
+//!    line has passed is lost at once and the added latency is the path
+//!    skew, not the hold. A path's slack is a decaying maximum of how late
+//!    its own packets came: arrival of a late packet minus arrival of the
+//!    first later counter on the same path. An idle or sparsely used line
+//!    passes nothing for a while: the sender's word that it carried none of
+//!    the gap keeps a loss on the busy line from waiting the hold.
 //!
 //! Paths are `0..MAX_PATHS`; the caller says which are live. Counters from
 //! `note_duplicate` (unauthenticated copies) count as path progress only up
@@ -74,8 +78,9 @@
 //! of missing counters below the first held packet) and waits up to the
 //! repair wait for the copies the sender re-sends on its best line, never
 //! past the hold ceiling. Rule 1 still applies to a gap nobody asked for;
-//! a gap asked for goes at the later of the two, so the repair is not cut
-//! short by a hold shorter than a round trip.
+//! a gap asked for goes when its repair wait ends, even if the hold is
+//! shorter (the repair is not cut short) or longer (a repair that does not
+//! come within a round trip is not coming: the gap is known lost).
 //!
 //! # Delivery and memory
 //!
@@ -142,8 +147,12 @@ pub const LATENESS_HALF_LIFE: Duration = Duration::from_secs(5);
 /// gap is declared lost early (the same margin as the hold's 2 × lateness).
 pub const SLACK_FACTOR: u32 = 2;
 
-/// Repair requests remembered so their packets do not count as lateness.
+/// Repair requests remembered so their packets do not count as lateness
+/// (and outstanding at once, at most).
 const ASKED_LEN: usize = 8;
+
+/// Held packets looked at per call for gaps to ask for together.
+const ASK_SCAN: usize = 64;
 
 /// Samples of each path's progress kept to measure its lateness.
 const FRONTIER_LEN: usize = 32;
@@ -250,6 +259,32 @@ pub struct ReorderCounters {
     pub repairs_asked: u64,
 }
 
+/// Why gaps were given up and what they cost: beside the seed's counters,
+/// so `braid show` can say why the window waits as it does.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GapCounters {
+    /// Gaps given up, by the rule that gave them up: the hold ran out
+    /// (rule 1), the bounds were full (rule 2), every live path had passed
+    /// them or never carried them (rule 3, after the repair wait where one
+    /// was asked for).
+    pub by_hold: u64,
+    pub by_bounds: u64,
+    pub by_paths: u64,
+    /// Microseconds the gaps given up had been known when they were given
+    /// up (what losses cost in delay: everything behind a gap waits).
+    pub wait_us: u64,
+}
+
+/// Why a gap is given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GiveUpRule {
+    Hold,
+    Bounds,
+    Paths,
+    /// The window was reset or turned off: not a loss decision.
+    Flush,
+}
+
 /// What [`ReorderWindow::insert`] did with a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertOutcome {
@@ -318,6 +353,12 @@ struct PathState {
     /// Progress samples, oldest first: (highest counter reached within the
     /// step, start of the step). Both columns increase.
     frontier: VecDeque<(u64, Instant)>,
+    /// The sender's latest word on what did not go on this path: counters
+    /// `from..to`, and when it came (see [`ReorderWindow::note_unassigned`]).
+    unassigned: Option<(u64, u64, Instant)>,
+    /// Whether the sender re-sends what this path loses (`None`: it has
+    /// not said; taken as yes).
+    repaired: Option<bool>,
 }
 
 impl PathState {
@@ -327,13 +368,23 @@ impl PathState {
             pass: None,
             slack: DecayingMax::new(Duration::ZERO),
             frontier: VecDeque::with_capacity(FRONTIER_LEN),
+            unassigned: None,
+            repaired: None,
         }
+    }
+
+    /// When the sender said counters `from..to` did not go on this path.
+    fn not_carried(&self, from: u64, to: u64) -> Option<Instant> {
+        let (f, t, told) = self.unassigned?;
+        (f <= from && to <= t).then_some(told)
     }
 
     fn forget_progress(&mut self) {
         self.highest = None;
         self.pass = None;
         self.frontier.clear();
+        self.unassigned = None;
+        self.repaired = None;
     }
 
     /// Records `counter` arriving on this path at `now`: progress, or a
@@ -476,10 +527,11 @@ pub struct ReorderWindow {
     /// How long a gap found lost waits for the sender's copy; `None`: no
     /// repairs.
     repair_wait: Option<Duration>,
-    /// The counters asked for (`from..to`) and until when they wait.
-    repair: Option<(u64, u64, Instant)>,
-    /// A request not yet taken: counters `from..to`.
-    repair_request: Option<(u64, u64)>,
+    /// The gaps asked for (`from..to`) and until when each waits, in
+    /// counter order (at most `ASKED_LEN`).
+    repairs: VecDeque<(u64, u64, Instant)>,
+    /// Requests not yet taken: counters `from..to`.
+    repair_requests: VecDeque<(u64, u64)>,
     /// The latest requests (`from..to`), whose packets come late on
     /// purpose when they come.
     asked: [(u64, u64); ASKED_LEN],
@@ -487,6 +539,7 @@ pub struct ReorderWindow {
     /// Latest time seen.
     now: Option<Instant>,
     counters: ReorderCounters,
+    gaps: GapCounters,
 }
 
 impl ReorderWindow {
@@ -516,12 +569,13 @@ impl ReorderWindow {
             lateness: DecayingMax::new(INITIAL_LATENESS),
             given_up: VecDeque::with_capacity(GIVEN_UP_LEN),
             repair_wait: None,
-            repair: None,
-            repair_request: None,
+            repairs: VecDeque::with_capacity(ASKED_LEN),
+            repair_requests: VecDeque::with_capacity(ASKED_LEN),
             asked: [(0, 0); ASKED_LEN],
             asked_next: 0,
             now: None,
             counters: ReorderCounters::default(),
+            gaps: GapCounters::default(),
             cfg,
         }
     }
@@ -532,6 +586,11 @@ impl ReorderWindow {
 
     pub fn counters(&self) -> ReorderCounters {
         self.counters
+    }
+
+    /// How the gaps given up so far went.
+    pub fn gap_counters(&self) -> GapCounters {
+        self.gaps
     }
 
     /// Packets held behind gaps.
@@ -638,6 +697,36 @@ impl ReorderWindow {
         self.live = mask;
     }
 
+    /// The sender says the counters `from..to` did not go on `path` (they
+    /// went on other paths or nowhere): a gap among them waits for the
+    /// other paths alone (rule 3). The latest word per path counts; words
+    /// about older counters than it already has are ignored. Call
+    /// [`poll_timeout`](Self::poll_timeout) again afterwards.
+    ///
+    /// `repaired`: whether the sender re-sends what this path loses; a gap
+    /// that no such path can have carried is given up without asking.
+    pub fn note_unassigned(
+        &mut self,
+        now: Instant,
+        path: usize,
+        from: u64,
+        to: u64,
+        repaired: bool,
+    ) {
+        self.reclaim_lent();
+        let now = self.tick(now);
+        let Some(p) = self.paths.get_mut(path) else {
+            return;
+        };
+        if p.unassigned.is_some_and(|(_, t, _)| t > to) {
+            return;
+        }
+        p.repaired = Some(repaired);
+        if from < to {
+            p.unassigned = Some((from, to, now));
+        }
+    }
+
     /// The caller's measure of the delay difference between the live paths
     /// plus their jitter.
     /// Asks the sender to repair gaps found lost, waiting `wait` for the
@@ -646,9 +735,10 @@ impl ReorderWindow {
         self.repair_wait = wait;
     }
 
-    /// The counters the sender should re-send (`from..to`), once per gap.
+    /// The counters the sender should re-send (`from..to`), once per gap;
+    /// call until `None`.
     pub fn take_repair_request(&mut self) -> Option<(u64, u64)> {
-        self.repair_request.take()
+        self.repair_requests.pop_front()
     }
 
     pub fn set_path_skew(&mut self, skew: Duration) {
@@ -777,7 +867,12 @@ impl ReorderWindow {
                 || self.held_bytes + len > self.cfg.max_bytes)
         {
             let head = self.entries[self.ready_len];
-            self.give_up(now, head.counter.min(counter), head.since);
+            self.give_up(
+                now,
+                head.counter.min(counter),
+                head.since,
+                GiveUpRule::Bounds,
+            );
         }
         if !self.has_room(len) {
             return None;
@@ -912,8 +1007,8 @@ impl ReorderWindow {
             p.forget_progress();
         }
         self.given_up.clear();
-        self.repair = None;
-        self.repair_request = None;
+        self.repairs.clear();
+        self.repair_requests.clear();
         self.asked = [(0, 0); ASKED_LEN];
     }
 
@@ -985,10 +1080,22 @@ impl ReorderWindow {
 
     /// Gives up every counter missing below `to` (held ones there are
     /// released), remembering the gap as known since `since`.
-    fn give_up(&mut self, now: Instant, to: u64, since: Instant) {
+    fn give_up(&mut self, now: Instant, to: u64, since: Instant, rule: GiveUpRule) {
         let Some(from) = self.next else { return };
         if to <= from {
             return;
+        }
+        let g = &mut self.gaps;
+        let by_rule = match rule {
+            GiveUpRule::Hold => Some(&mut g.by_hold),
+            GiveUpRule::Bounds => Some(&mut g.by_bounds),
+            GiveUpRule::Paths => Some(&mut g.by_paths),
+            GiveUpRule::Flush => None,
+        };
+        if let Some(n) = by_rule {
+            *n = n.saturating_add(1);
+            let waited = u64::try_from(now.saturating_duration_since(since).as_micros());
+            g.wait_us = g.wait_us.saturating_add(waited.unwrap_or(u64::MAX));
         }
         if self.given_up.len() == GIVEN_UP_LEN {
             self.given_up.pop_front();
@@ -1067,7 +1174,7 @@ impl ReorderWindow {
                 // Up to the last held counter, not one past it (which may
                 // not exist): skip_to's release_run delivers the last one.
                 let (to, since) = (last.counter, self.entries[self.ready_len].since);
-                self.give_up(now, to, since);
+                self.give_up(now, to, since, GiveUpRule::Flush);
             }
         }
     }
@@ -1117,17 +1224,23 @@ impl ReorderWindow {
             .any(|&(from, to)| (from..to).contains(&counter))
     }
 
-    /// When rule 3 gives up the head gap, if every live path has passed it.
+    /// When rule 3 gives up the head gap, if every live path has passed it
+    /// or, by the sender's word, never carried it.
     fn early_loss_at(&self, now: Instant) -> Option<Instant> {
-        if self.live == 0 || self.passed & self.live != self.live {
+        if self.live == 0 {
             return None;
         }
+        let (next, head) = (self.next?, self.entries.get(self.ready_len)?.counter);
         let mut at: Option<Instant> = None;
         let mut mask = self.live;
         while mask != 0 {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let p = &self.paths[i];
+            if let Some(told) = p.not_carried(next, head) {
+                at = Some(at.map_or(told, |a| a.max(told)));
+                continue;
+            }
             let (_, passed_at) = p.pass?;
             // A due time past what an Instant can hold is never: that
             // path does not let the gap go early.
@@ -1144,30 +1257,104 @@ impl ReorderWindow {
     }
 
     /// Until when the gap below `head` waits for its repair, if it was
-    /// asked for: the later of its repair wait and rule 1, within the
-    /// ceiling.
+    /// asked for: its repair wait (a round trip, which a hold shorter than
+    /// that does not cut short), within the ceiling. Not the hold: the gap
+    /// is known lost, and a repair that does not come within a round trip
+    /// (the sender leaves congestion losses to the inner TCP) is not coming.
     fn repair_due(&self, head: &Entry) -> Option<Instant> {
-        let (from, to, due) = self.repair?;
-        if !self.next.is_some_and(|n| (from..to).contains(&n)) {
-            return None;
-        }
-        let now = self.now?;
+        let next = self.next?;
+        let &(_, _, due) = self
+            .repairs
+            .iter()
+            .find(|&&(from, to, _)| (from..to).contains(&next))?;
         let latest = head.since.checked_add(self.cfg.hold_ceiling);
-        let due = match self.deadline(head, now) {
-            Some(d) => due.max(d),
-            None => due,
-        };
         Some(latest.map_or(due, |l| due.min(l)))
+    }
+
+    /// Whether a gap `from..to` may have been lost by a path whose losses
+    /// the sender re-sends: some live path said to be repaired (or that
+    /// said nothing) may have carried it.
+    fn repairable(&self, from: u64, to: u64) -> bool {
+        (0..MAX_PATHS).any(|i| {
+            let p = &self.paths[i];
+            self.live & (1 << i) != 0
+                && p.repaired != Some(false)
+                && p.not_carried(from, to).is_none()
+        })
+    }
+
+    /// Whether every live path has passed the gap `from..to` by now, with
+    /// no slack to wait for, or never carried it (rule 3 for a gap behind
+    /// the head, asked for together with it).
+    fn passed_by_all(&self, from: u64, to: u64, now: Instant) -> bool {
+        (0..MAX_PATHS).all(|i| {
+            let p = &self.paths[i];
+            self.live & (1 << i) == 0
+                || p.not_carried(from, to).is_some()
+                || (p.highest.is_some_and(|h| h >= to) && p.slack.value(now).is_zero())
+        })
+    }
+
+    /// Asks for the gap below the head (when rule 3 found it lost) and for
+    /// every later gap rule 3 already finds lost, each waiting `wait` for
+    /// its repair; gaps asked for before are not asked again, and no
+    /// repaired path can have carried are not asked for at all. Looks at
+    /// most `ASK_SCAN` held packets past the last gap asked for, so a
+    /// window holding thousands costs little per packet while a repair is
+    /// outstanding.
+    fn ask_repairs(&mut self, now: Instant, wait: Duration, head_lost: bool) {
+        let Some(next) = self.next else { return };
+        let Some(due) = now.checked_add(wait) else {
+            return;
+        };
+        self.repairs.retain(|&(_, to, _)| to > next);
+        let start = self.repairs.back().map_or(next, |&(_, to, _)| to.max(next));
+        let first = match self.held_position(start) {
+            Ok(k) | Err(k) => k,
+        };
+        let mut from = if first == self.ready_len { next } else { start };
+        let end = self.entries.len().min(first.saturating_add(ASK_SCAN));
+        for k in first..end {
+            let to = self.entries[k].counter;
+            if to > from {
+                let found_lost =
+                    (k == self.ready_len && head_lost) || self.passed_by_all(from, to, now);
+                if !found_lost {
+                    break;
+                }
+                let known = self.repairs.iter().any(|&(f, t, _)| f <= from && to <= t);
+                if !known && self.repairable(from, to) {
+                    if self.repairs.len() == ASKED_LEN {
+                        break;
+                    }
+                    self.repairs.push_back((from, to, due));
+                    if self.repair_requests.len() < ASKED_LEN {
+                        self.repair_requests.push_back((from, to));
+                    }
+                    self.asked[self.asked_next] = (from, to);
+                    self.asked_next = (self.asked_next + 1) % ASKED_LEN;
+                    self.counters.repairs_asked = self.counters.repairs_asked.saturating_add(1);
+                }
+            }
+            from = to.saturating_add(1);
+        }
     }
 
     /// Gives up head gaps while they are due (rules 1 and 3), or asks for
     /// their repair (see *Repair*).
     fn expire(&mut self, now: Instant) {
         while let Some(head) = self.entries.get(self.ready_len).copied() {
+            let rule;
             if let Some(due) = self.repair_due(&head) {
                 if due > now {
+                    // Gaps behind it that rule 3 finds lost by now are
+                    // asked for while this one waits, not after.
+                    if let Some(wait) = self.repair_wait {
+                        self.ask_repairs(now, wait, false);
+                    }
                     break;
                 }
+                rule = GiveUpRule::Paths;
             } else {
                 let rule1 = self.deadline(&head, now).is_some_and(|d| d <= now);
                 let rule3 = self.early_loss_at(now).is_some_and(|at| at <= now);
@@ -1175,17 +1362,22 @@ impl ReorderWindow {
                     break;
                 }
                 if let (false, Some(wait), Some(next)) = (rule1, self.repair_wait, self.next) {
-                    if let Some(due) = now.checked_add(wait) {
-                        self.repair = Some((next, head.counter, due));
-                        self.repair_request = Some((next, head.counter));
-                        self.asked[self.asked_next] = (next, head.counter);
-                        self.asked_next = (self.asked_next + 1) % ASKED_LEN;
-                        self.counters.repairs_asked = self.counters.repairs_asked.saturating_add(1);
+                    self.ask_repairs(now, wait, true);
+                    if self
+                        .repairs
+                        .iter()
+                        .any(|&(from, to, _)| (from..to).contains(&next))
+                    {
                         continue;
                     }
                 }
+                rule = if rule1 {
+                    GiveUpRule::Hold
+                } else {
+                    GiveUpRule::Paths
+                };
             }
-            self.give_up(now, head.counter, head.since);
+            self.give_up(now, head.counter, head.since, rule);
         }
     }
 }

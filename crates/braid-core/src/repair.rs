@@ -24,6 +24,9 @@
 
 use std::time::{Duration, Instant};
 
+/// A line that loses at least this much of its own (`Path::own_loss`)
+/// has what it loses re-sent.
+pub const OWN_LOSS: f64 = 0.002;
 /// Messages remembered: about 240 ms at 100 Mbit/s of full-size packets.
 pub const COPIES: usize = 2048;
 /// Counters re-sent for one request at most.

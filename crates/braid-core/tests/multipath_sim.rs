@@ -446,3 +446,43 @@ fn losses_on_one_line_are_repaired_on_the_other() {
     assert!(delivered > 0.998, "delivered {delivered:.4}");
     assert_eq!(in_order(&got(&net, B)), None);
 }
+
+/// 1 % loss on the quick line of a bond whose second line is idle (the
+/// stream fits the first): the sender's word on which counters went where
+/// lets B find each loss as soon as line 1 has passed it (and ask for it
+/// again: the line loses of its own), instead of waiting the whole hold for
+/// line 2, which carried none of them.
+#[test]
+fn a_loss_on_the_busy_line_does_not_wait_for_the_idle_one() {
+    let quick_lossy = LinkParams {
+        loss: 0.01,
+        ..capped(20.0, 10)
+    };
+    let mut net = net(Mode::Aggregate, quick_lossy, capped(20.0, 40), 26);
+    establish(&mut net);
+    let next = load(&mut net, 0, 5.0, Duration::from_secs(1));
+    let mark = net.capture.len();
+    let (gaps_before, asked_before) = {
+        let info = net.peer_info(B);
+        (info.reorder_gaps, info.reorder.repairs_asked)
+    };
+    let end = load(&mut net, next, 5.0, Duration::from_secs(3));
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(data_on_line(&net, 2, mark), 0, "line 2 stays idle");
+    let info = net.peer_info(B);
+    let gaps = info.reorder_gaps;
+    let asked = info.reorder.repairs_asked - asked_before;
+    let by_hold = gaps.by_hold - gaps_before.by_hold;
+    eprintln!(
+        "asked {asked}, given up by the lines {}, by the hold {by_hold}, lost {}",
+        gaps.by_paths - gaps_before.by_paths,
+        info.reorder.lost
+    );
+    assert!(
+        asked >= 10,
+        "about 1 % of 1800 packets is lost: {asked} asked for"
+    );
+    assert_eq!(by_hold, 0, "no loss waits for the hold");
+    assert!(arrived(&net, next, end) as f64 > 0.998 * f64::from(end - next));
+    assert_eq!(in_order(&got(&net, B)), None);
+}

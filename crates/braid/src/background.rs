@@ -8,33 +8,65 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
+use crate::sd_notify::Notifier;
+
 /// Where a daemon started without `--foreground` writes its output.
 pub fn log_path(name: &str) -> String {
     format!("/var/log/braid/{name}.log")
 }
 
-/// Where the forked daemon reports "ready" or the error that stopped it.
-pub struct ReadyPipe(Option<File>);
+/// Where the forked daemon reports "ready" or the error that stopped it;
+/// for a foreground daemon under a service manager, also its notification
+/// socket (`$NOTIFY_SOCKET`, see [`crate::sd_notify`]).
+pub struct ReadyPipe {
+    pipe: Option<File>,
+    notifier: Option<Notifier>,
+}
 
 impl ReadyPipe {
-    /// For a foreground daemon: readiness is printed, not piped.
+    /// For a foreground daemon: readiness is printed, not piped, and told
+    /// to the service manager if one is listening. Call before any thread
+    /// starts (it takes `$NOTIFY_SOCKET` out of the environment).
     pub fn foreground() -> Self {
-        ReadyPipe(None)
+        let notifier = Notifier::from_env().unwrap_or_else(|e| {
+            eprintln!("braid: warning: no readiness notification: {e}");
+            None
+        });
+        ReadyPipe {
+            pipe: None,
+            notifier,
+        }
     }
 
     pub fn ready(&mut self, message: &str) {
-        match self.0.take() {
+        match self.pipe.take() {
             Some(mut f) => {
                 let _ = writeln!(f, "OK {message}");
             }
+            // The journal has the daemon's own "up" line already.
+            None if crate::log::to_journal() => {}
             None => eprintln!("{message}"),
+        }
+        if let Some(n) = &self.notifier {
+            if let Err(e) = n.ready(message.trim().trim_start_matches("braid: ")) {
+                eprintln!("braid: warning: cannot notify the service manager: {e}");
+            }
         }
     }
 
     pub fn failed(&mut self, error: &str) {
-        if let Some(mut f) = self.0.take() {
+        if let Some(mut f) = self.pipe.take() {
             let _ = writeln!(f, "ERR {error}");
         }
+        if let Some(n) = &self.notifier {
+            let _ = n.status(&format!("failed: {error}"));
+        }
+    }
+
+    /// The service manager's socket, for what the daemon tells it later
+    /// (reloads, the stop).
+    pub fn take_notifier(&mut self) -> Option<Notifier> {
+        self.notifier.take()
     }
 }
 
@@ -85,7 +117,10 @@ pub fn daemonize(log_path: &str) -> std::io::Result<ReadyPipe> {
     // SAFETY: setsid in a fresh child that is not a group leader.
     unsafe { libc::setsid() };
     redirect_stdio(log_path)?;
-    Ok(ReadyPipe(Some(writer)))
+    Ok(ReadyPipe {
+        pipe: Some(writer),
+        notifier: None,
+    })
 }
 
 fn redirect_stdio(log_path: &str) -> std::io::Result<()> {

@@ -5,6 +5,7 @@ use braid::config::Config;
 use braid::daemon::privilege::Privileges;
 use braid::daemon::{self, UpRequest};
 use braid::keys::{PresharedKey, PrivateKey};
+use braid::log::Level as LogLevel;
 use braid::{show, uapi};
 use clap::{Parser, Subcommand};
 use std::io::{IsTerminal, Read};
@@ -40,6 +41,10 @@ enum Command {
         /// Keep running as root (for debugging).
         #[arg(long, conflicts_with = "user")]
         keep_root: bool,
+        /// Log more: each -v one level more than `LogLevel =` (info by
+        /// default), up to debug.
+        #[arg(short, long, action = clap::ArgAction::Count)]
+        verbose: u8,
     },
     /// Stop an interface's daemon and remove what it created. Given its
     /// config file (a path ending in .conf) instead of a name, it also
@@ -49,11 +54,28 @@ enum Command {
         /// NAME, or the path to NAME.conf.
         name: String,
     },
+    /// Apply a changed config file to a running interface without dropping
+    /// its sessions, as `wg syncconf` does, braid's keys included (what
+    /// `systemctl reload braid@NAME` runs). A file with a mistake changes
+    /// nothing; what only a restart applies is reported.
+    Syncconf {
+        /// The running interface.
+        name: String,
+        /// Its config file (NAME.conf).
+        file: PathBuf,
+    },
     /// Show interfaces as `wg show` does, plus braid's counters.
     Show {
         name: Option<String>,
         #[arg(long)]
         json: bool,
+    },
+    /// A live view of running interfaces: per peer and path the rate each
+    /// way with the last minute, RTT, loss, state, first arrivals, the
+    /// reorder window and recent events; q quits.
+    Top {
+        /// The interface (default: every running one).
+        name: Option<String>,
     },
     /// Check this machine (and with NAME a running interface): what to change and why.
     Doctor {
@@ -79,6 +101,10 @@ enum Command {
         /// Length of the iperf3 run in seconds.
         #[arg(long, default_value_t = 5)]
         seconds: u32,
+        /// Also draw the run as an SVG: per second what each line carried
+        /// and what arrived, the cut and braid's failover marked.
+        #[arg(long, value_name = "FILE.svg", value_parser = plot_target)]
+        plot: Option<PathBuf>,
     },
     /// Relay UDP through an impaired line (delay, jitter, loss, rate, cuts…);
     /// see `braid netem --help`.
@@ -90,6 +116,10 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Write the man pages and shell completions, generated from this
+    /// command line and the config key table, under DIR (for packaging).
+    #[command(hide = true)]
+    GenerateDocFiles { dir: PathBuf },
     /// Create an unconfigured interface served over the userspace API, as
     /// `wireguard-go NAME` does (what wg-quick runs in userspace mode).
     #[command(external_subcommand)]
@@ -149,14 +179,22 @@ fn main() -> ExitCode {
             foreground,
             user,
             keep_root,
+            verbose,
         } => up(
             &file,
             foreground,
             chosen(Privileges::choose(user.as_deref(), keep_root)),
+            verbose,
         ),
         Command::Down { name } => down(&name),
+        Command::Syncconf { name, file } => braid::syncconf::run(&name, &file).map(|notes| {
+            for note in notes {
+                println!("{name}: {note}");
+            }
+        }),
         Command::Show { name, json } => show_cmd(name.as_deref(), json),
         Command::Mtu { name, json } => mtu_cmd(&name, json),
+        Command::Top { name } => braid::top::run(name.as_deref()),
         Command::Doctor { name, json } => {
             return if braid::doctor::run(name.as_deref(), json) {
                 ExitCode::SUCCESS
@@ -173,8 +211,8 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Pubkey => pubkey(),
-        Command::Demo { seconds } => {
-            require_root().and_then(|()| braid::toolkit::demo::run_demo(seconds))
+        Command::Demo { seconds, plot } => {
+            require_root().and_then(|()| braid::toolkit::demo::run_demo(seconds, plot.as_deref()))
         }
         Command::Netem { args } => braid::toolkit::netem::run(&args),
         Command::Bench(BenchCommand::Netem { args }) => braid::toolkit::bench::netem::run(&args),
@@ -185,6 +223,10 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::HandshakeFlood { args }) => {
             braid::toolkit::bench::flood::run(&args)
         }
+        Command::GenerateDocFiles { dir } => {
+            braid::manual::write_doc_files(<Cli as clap::CommandFactory>::command(), &dir)
+                .map(|_| ())
+        }
         Command::Interface(args) => interface(&args),
     };
     match result {
@@ -194,6 +236,10 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn plot_target(value: &str) -> Result<PathBuf, String> {
+    braid::toolkit::plot::parse_target("--plot", value)
 }
 
 fn pubkey() -> Result<(), String> {
@@ -223,7 +269,12 @@ fn chosen((privileges, warning): (Privileges, Option<String>)) -> Privileges {
     privileges
 }
 
-fn up(file: &std::path::Path, foreground: bool, privileges: Privileges) -> Result<(), String> {
+fn up(
+    file: &std::path::Path,
+    foreground: bool,
+    privileges: Privileges,
+    verbose: u8,
+) -> Result<(), String> {
     // Everything that can be wrong with the file is found before the system
     // is touched.
     let name = Config::interface_name(file).map_err(|e| e.to_string())?;
@@ -233,6 +284,11 @@ fn up(file: &std::path::Path, foreground: bool, privileges: Privileges) -> Resul
     start(
         UpRequest {
             name,
+            log_level: config
+                .interface
+                .log_level
+                .unwrap_or(LogLevel::Info)
+                .raised_by(verbose),
             config: Some(config),
             privileges,
         },
@@ -241,11 +297,24 @@ fn up(file: &std::path::Path, foreground: bool, privileges: Privileges) -> Resul
 }
 
 fn interface(args: &[String]) -> Result<(), String> {
-    let (flags, names): (Vec<&String>, Vec<&String>) = args
-        .iter()
-        .partition(|a| ["-f", "--foreground", "--keep-root"].contains(&a.as_str()));
-    let foreground = flags.iter().any(|a| a.as_str() != "--keep-root");
+    const FLAGS: [&str; 5] = ["-f", "--foreground", "--keep-root", "-v", "--verbose"];
+    let (flags, names): (Vec<&String>, Vec<&String>) =
+        args.iter().partition(|a| FLAGS.contains(&a.as_str()));
+    let foreground = flags.iter().any(|a| FLAGS[..2].contains(&a.as_str()));
     let keep_root = flags.iter().any(|a| a.as_str() == "--keep-root");
+    let verbose = flags
+        .iter()
+        .filter(|a| FLAGS[3..].contains(&a.as_str()))
+        .count();
+    // wg-quick starts `braid NAME` with no way to pass a flag; wireguard-go's
+    // LOG_LEVEL is how its users ask for more (or less).
+    let log_level = match std::env::var("LOG_LEVEL") {
+        Ok(v) if v == "silent" => LogLevel::Error,
+        Ok(v) => LogLevel::parse(&v)
+            .ok_or_else(|| format!("LOG_LEVEL={v:?}: expected {} (or silent)", LogLevel::NAMES))?,
+        Err(_) => LogLevel::Info,
+    }
+    .raised_by(u8::try_from(verbose).unwrap_or(u8::MAX));
     let [name] = names.as_slice() else {
         return Err(format!(
             "unknown command {:?}; see `braid --help`",
@@ -261,6 +330,7 @@ fn interface(args: &[String]) -> Result<(), String> {
     start(
         UpRequest {
             name: name.to_string(),
+            log_level,
             config: None,
             privileges: chosen(Privileges::choose(None, keep_root)),
         },

@@ -106,6 +106,7 @@ pub struct PeerInfo {
     pub cipher: Option<crate::cipher::DataCipher>,
     pub persistent_keepalive: u16,
     pub reorder: ReorderCounters,
+    pub reorder_gaps: crate::reorder::GapCounters,
     pub reorder_hold: Duration,
     /// What the hold is made of: the delay difference of the lines in use
     /// (with their jitter), the lateness measured, the repair wait.
@@ -181,7 +182,14 @@ impl Device {
         self.rng = rng;
     }
 
+    /// Sets the interface's private key. The same key again changes
+    /// nothing (as in wireguard-go), so a reload (`wg syncconf`, `braid
+    /// syncconf`) that carries the unchanged key keeps every session; a new
+    /// key drops them all.
     pub fn set_private_key(&mut self, private: Option<[u8; 32]>) {
+        if private == self.private_key() {
+            return;
+        }
         self.local = private.map(LocalStatic::new);
         self.checker = self.local.as_ref().map(|l| CookieChecker::new(&l.public));
         // A peer can't be ourselves.
@@ -389,6 +397,36 @@ impl Device {
             .is_some_and(|p| p.add_path(name, line, remote))
     }
 
+    /// Removes the configured path `name` of peer `pid` (never the plain
+    /// `Endpoint`'s path or one learned from traffic); the session stays.
+    /// What is kept per path position (the reorder window's view of each
+    /// line, the copies kept for repairs, the paths' measurements) starts
+    /// over, since the later paths move up one place; the remaining lines
+    /// are measured again within a few probe intervals.
+    pub fn remove_path(&mut self, pid: PeerId, name: &str) -> bool {
+        let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) else {
+            return false;
+        };
+        let Some(i) = p.paths.iter().position(|path| {
+            path.configured && path.name == name && name != crate::peer::ENDPOINT_PATH
+        }) else {
+            return false;
+        };
+        p.paths.remove(i);
+        for path in &mut p.paths {
+            let counters = path.counters;
+            *path = crate::path::Path::new(&path.name, path.line, path.remote, path.configured);
+            path.counters = counters;
+        }
+        p.sent_copies = None;
+        p.last_path = 0;
+        let cfg = p.reorder.config().clone();
+        p.reorder = ReorderWindow::new(cfg);
+        p.reorder_session = None;
+        p.reorder_retired = [None; 2];
+        true
+    }
+
     /// Applies all of braid's per-peer settings at once (see
     /// [`PeerOptions`]); the reorder window is rebuilt only when a reorder
     /// setting is given.
@@ -486,6 +524,7 @@ impl Device {
             cipher: p.keypairs.current.as_ref().map(|k| k.send_cipher()),
             persistent_keepalive: p.persistent_keepalive,
             reorder: p.reorder.counters(),
+            reorder_gaps: p.reorder.gap_counters(),
             reorder_hold: p.reorder.effective_hold(),
             reorder_skew: p.reorder.hold_parts().0,
             reorder_lateness: p.reorder.hold_parts().1,

@@ -14,6 +14,16 @@ use std::time::{Duration, Instant};
 
 /// Hellos sent per session before a peer counts as stock WireGuard.
 const HELLO_ATTEMPTS: u8 = 10;
+/// How often a peer whose data takes one line of several is told which
+/// counters went where, while data flows (about 100 bytes a time; every
+/// probe interval as well while anything was sent since the last).
+const SENT_REPORT_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Whether `p` gets `Sent` reports: a braid peer whose packets take one of
+/// several lines (in redundant mode every line carries everything).
+fn reports_sent(p: &crate::peer::Peer) -> bool {
+    p.paths.len() > 1 && p.mode != path::Mode::Redundant && p.speaks_braid()
+}
 
 /// Where one packet goes: (line, remote) per copy.
 pub(super) type Destinations = [(u16, SocketAddr); MAX_PATHS];
@@ -43,12 +53,67 @@ impl Device {
             1
         };
         p.last_path = chosen[0];
+        // The message was just sealed with the current session's latest
+        // counter.
+        let sealed = p
+            .keypairs
+            .current
+            .as_ref()
+            .and_then(|k| Some((k.local_index, k.messages_sent().checked_sub(1)?)));
         for (k, &i) in chosen[..n].iter().enumerate() {
             let path = &mut p.paths[i];
             path.on_tx(len);
+            if sealed.is_some() {
+                path.assigned = sealed;
+            }
             out[k] = (path.line, path.remote);
         }
+        if reports_sent(p) {
+            p.sent_since_report = true;
+            let due = p
+                .sent_report_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= SENT_REPORT_INTERVAL);
+            if due {
+                self.report_sent(now, pid);
+            }
+        }
         n
+    }
+
+    /// Tells the peer which of the current session's counters went on
+    /// which path (`ExtMessage::Sent`), on the line where it arrives first,
+    /// so its reorder window gives up a gap that no other line carried
+    /// without waiting for a line that carries nothing.
+    pub(super) fn report_sent(&mut self, now: Instant, pid: PeerId) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        let Some(kp) = p.keypairs.current.as_ref() else {
+            return;
+        };
+        let (session, next) = (kp.local_index, kp.messages_sent());
+        let mut body = ext::SentBody {
+            next,
+            paths: p.paths.len().min(MAX_PATHS) as u8,
+            repairs: p.repaired_paths(),
+            behind: [u32::MAX; MAX_PATHS],
+        };
+        for (behind, path) in body.behind.iter_mut().zip(&p.paths) {
+            let missed = match path.assigned {
+                // `c < next`: it was sealed before `next` was read.
+                Some((s, c)) if s == session => next - 1 - c.min(next - 1),
+                _ => next,
+            };
+            *behind = u32::try_from(missed).unwrap_or(u32::MAX);
+        }
+        let at = path::earliest_small(&p.paths, now).unwrap_or_else(|| p.quickest_path());
+        let Some(to) = p.paths.get(at) else {
+            return;
+        };
+        let (line, remote) = (to.line, to.remote);
+        p.sent_report_at = Some(now);
+        p.sent_since_report = false;
+        self.queue_ext(now, pid, line, remote, ExtMessage::Sent(body));
     }
 
     fn mono_us(&self, now: Instant) -> u64 {
@@ -150,6 +215,12 @@ impl Device {
         }
         if braid {
             self.probe_path_mtu(now, pid);
+            if self.peers[pid]
+                .as_ref()
+                .is_some_and(|p| p.sent_since_report)
+            {
+                self.report_sent(now, pid);
+            }
         }
         let p = self.peers[pid].as_mut().expect("checked above");
         for path in &mut p.paths {
@@ -215,9 +286,10 @@ impl Device {
             self.confirm_session(now, pid);
         }
         match msg {
-            ExtMessage::Hello { .. } => {
+            ExtMessage::Hello { path, .. } => {
                 // Answer once per session so the peer learns we speak braid.
                 let p = self.peers[pid].as_mut().expect("checked above");
+                p.paths[at].peer_index = Some(path);
                 if first_news || p.hellos_left == 0 {
                     p.hellos_left = p.hellos_left.max(1);
                 }
@@ -226,6 +298,7 @@ impl Device {
                 let now_us = self.mono_us(now);
                 let p = self.peers[pid].as_mut().expect("checked above");
                 let path = &mut p.paths[at];
+                path.peer_index = Some(b.path);
                 let rx_probes = path.on_probe(b.seq);
                 path.inbound.on_probe(b.sent_us, now_us);
                 let echo = ProbeBody { rx_probes, ..b };
@@ -249,6 +322,20 @@ impl Device {
                 self.receive_pmtu(now, pid, line, src, msg);
             }
             ExtMessage::Repair { from, count } => self.queue_resends(pid, receiver, from, count),
+            ExtMessage::Sent(b) => {
+                let p = self.peers[pid].as_mut().expect("checked above");
+                // About the counters of the session it is sealed in: only
+                // while the window follows that one.
+                if p.reorder_session == Some(receiver) {
+                    for (j, path) in p.paths.iter().enumerate().take(MAX_PATHS) {
+                        if let Some(i) = path.peer_index {
+                            let (from, to) = b.unassigned(usize::from(i));
+                            let repaired = i < 8 && b.repairs & (1 << i) != 0;
+                            p.reorder.note_unassigned(now, j, from, to, repaired);
+                        }
+                    }
+                }
+            }
         }
         let p = self.peers[pid].as_mut().expect("checked above");
         if !p.timers.is_set(Timer::Probe) {

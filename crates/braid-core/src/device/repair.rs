@@ -9,13 +9,11 @@ use crate::peer::PeerId;
 use crate::repair::MAX_PER_REQUEST;
 use std::time::{Duration, Instant};
 
-/// A line that loses at least this much of its own (`Path::own_loss`)
-/// has what it loses repaired (see `crate::repair`).
-const OWN_LOSS: f64 = 0.002;
+use crate::repair::OWN_LOSS;
 /// Re-sends waiting for `poll_transmit`, at most.
 const MAX_QUEUED_RESENDS: usize = 512;
-/// Added to the quickest line's round trip for the reorder window's repair
-/// wait: the peer's timer and batching.
+/// Added to the quickest line's round trip (and its deviation, twice) for
+/// the reorder window's repair wait: the peer's timer and batching.
 const REPAIR_MARGIN: Duration = Duration::from_millis(5);
 
 impl Device {
@@ -26,9 +24,17 @@ impl Device {
         let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
+        // The request and the copy both queue behind data on that line, and
+        // the smoothed round trip lags a queue that grows: a repair that
+        // comes after the wait is dropped as Under Window, a loss the inner
+        // TCP sees after all. Only gaps a repaired line may have carried
+        // are asked for, so a generous wait costs little.
         let wait = p.repairs_losses().then(|| {
-            let rtt = p.paths.get(p.quickest_path()).and_then(|q| q.srtt);
-            rtt.unwrap_or_default().saturating_add(REPAIR_MARGIN)
+            let quickest = p.paths.get(p.quickest_path());
+            let rtt = quickest.and_then(|q| q.srtt).unwrap_or_default();
+            let var = quickest.map_or(Duration::ZERO, |q| q.rttvar);
+            rtt.saturating_add(var.saturating_mul(4))
+                .saturating_add(REPAIR_MARGIN)
         });
         p.reorder.set_repair_wait(wait);
     }
@@ -38,15 +44,17 @@ impl Device {
         let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
-        let Some((from, to)) = p.reorder.take_repair_request() else {
-            return;
-        };
-        let count = to.saturating_sub(from).min(MAX_PER_REQUEST) as u16;
         let Some(path) = p.paths.get(p.quickest_path()) else {
             return;
         };
         let (line, remote) = (path.line, path.remote);
-        self.queue_ext(now, pid, line, remote, ExtMessage::Repair { from, count });
+        while let Some((from, to)) = self.peers[pid]
+            .as_mut()
+            .and_then(|p| p.reorder.take_repair_request())
+        {
+            let count = to.saturating_sub(from).min(MAX_PER_REQUEST) as u16;
+            self.queue_ext(now, pid, line, remote, ExtMessage::Repair { from, count });
+        }
     }
 
     /// The peer asks for `count` data messages from counter `from` of the

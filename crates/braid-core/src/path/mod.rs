@@ -14,7 +14,7 @@ pub mod estimate;
 mod schedule;
 
 pub use estimate::{Delivery, Inbound, Outbound};
-pub use schedule::{select, LOSSY, MAX_BACKLOG};
+pub use schedule::{earliest_small, select, LOSSY, MAX_BACKLOG};
 
 /// Paths per peer (configured and learned together).
 pub const MAX_PATHS: usize = 8;
@@ -122,6 +122,12 @@ pub struct Path {
     pub inbound: Inbound,
     /// Path MTU discovery on this path (braid peers only).
     pub pmtu: crate::pmtud::Pmtud,
+    /// The peer's index for this path (what its probes and hellos carry),
+    /// so its `Sent` reports can be read against ours.
+    pub peer_index: Option<u8>,
+    /// The latest data counter sent on this path: (local index of the
+    /// session, counter), for our `Sent` reports.
+    pub assigned: Option<(u32, u64)>,
 }
 
 impl Path {
@@ -148,6 +154,8 @@ impl Path {
             outbound: Outbound::default(),
             inbound: Inbound::default(),
             pmtu: crate::pmtud::Pmtud::new(crate::pmtud::max_for_link(1500, remote.is_ipv6())),
+            peer_index: None,
+            assigned: None,
         }
     }
 

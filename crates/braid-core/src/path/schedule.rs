@@ -112,45 +112,11 @@ fn earliest_arrival(
     lossy: f64,
     usable: impl Fn(&Path) -> bool,
 ) -> Option<usize> {
-    let clean = paths.iter().any(|p| usable(p) && p.outbound.loss() < lossy);
-    let candidate = |p: &Path| usable(p) && (!clean || p.outbound.loss() < lossy);
-    let quickest = paths
-        .iter()
-        .filter(|p| candidate(p))
-        .filter_map(|p| p.outbound.propagation_us())
-        .min();
-    if quickest.is_none() {
-        // Nothing measured yet (the first round trip of a session): the
-        // first line, as failover would, rather than a guess at the split
-        // that may put the first packets on a line ten times slower.
-        return paths.iter().position(candidate);
-    }
-    let mut best: Option<(Duration, usize)> = None;
-    for (i, p) in paths.iter().enumerate() {
-        if !candidate(p) {
-            continue;
-        }
-        let extra_delay = match (p.outbound.propagation_us(), quickest) {
-            (Some(d), Some(q)) => Duration::from_micros(d.saturating_sub(q).max(0) as u64),
-            // Not measured yet while another line is: it may be far
-            // slower (its first echo takes a round trip of its own).
-            _ => continue,
-        };
-        if extra_delay > MAX_BACKLOG {
-            // The peer's reorder window does not wait for such a line
-            // (`Peer::live_path_mask`): what it carried would come late.
-            continue;
-        }
-        let arrival = p
-            .outbound
-            .backlog(now)
-            .saturating_add(transmission(len, p.outbound.rate()))
-            .saturating_add(extra_delay);
-        if best.is_none_or(|(a, _)| arrival < a) {
-            best = Some((arrival, i));
-        }
-    }
-    let (_, i) = best?;
+    let candidate = candidates(paths, lossy, usable);
+    let i = match plan(paths, now, len, &candidate) {
+        Plan::Arrives(i) => i,
+        Plan::Unmeasured(i) => return i,
+    };
     let waiting = paths[i].outbound.backlog(now);
     let o = &mut paths[i].outbound;
     if waiting > LIMITED_BACKLOG {
@@ -173,6 +139,79 @@ fn earliest_arrival(
         }
     }
     Some(i)
+}
+
+/// Which paths aggregate mode may use: usable ones, and of those only the
+/// ones losing less than `lossy` while any does.
+fn candidates(
+    paths: &[Path],
+    lossy: f64,
+    usable: impl Fn(&Path) -> bool,
+) -> impl Fn(&Path) -> bool {
+    let clean = paths.iter().any(|p| usable(p) && p.outbound.loss() < lossy);
+    move |p: &Path| usable(p) && (!clean || p.outbound.loss() < lossy)
+}
+
+enum Plan {
+    /// The packet arrives first on this path.
+    Arrives(usize),
+    /// No line is measured yet: the first candidate, if any, as failover
+    /// would, rather than a guess at the split that may put the first
+    /// packets on a line ten times slower.
+    Unmeasured(Option<usize>),
+}
+
+/// Where a packet of `len` bytes sent at `now` arrives first, without
+/// taking its turn.
+fn plan(paths: &[Path], now: Instant, len: usize, candidate: &impl Fn(&Path) -> bool) -> Plan {
+    let quickest = paths
+        .iter()
+        .filter(|p| candidate(p))
+        .filter_map(|p| p.outbound.propagation_us())
+        .min();
+    let Some(quickest) = quickest else {
+        return Plan::Unmeasured(paths.iter().position(candidate));
+    };
+    let mut best: Option<(Duration, usize)> = None;
+    for (i, p) in paths.iter().enumerate() {
+        if !candidate(p) {
+            continue;
+        }
+        // Not measured yet while another line is: it may be far slower
+        // (its first echo takes a round trip of its own).
+        let Some(d) = p.outbound.propagation_us() else {
+            continue;
+        };
+        let extra_delay = Duration::from_micros(d.saturating_sub(quickest).max(0) as u64);
+        if extra_delay > MAX_BACKLOG {
+            // The peer's reorder window does not wait for such a line
+            // (`Peer::live_path_mask`): what it carried would come late.
+            continue;
+        }
+        let arrival = p
+            .outbound
+            .backlog(now)
+            .saturating_add(transmission(len, p.outbound.rate()))
+            .saturating_add(extra_delay);
+        if best.is_none_or(|(a, _)| arrival < a) {
+            best = Some((arrival, i));
+        }
+    }
+    match best {
+        Some((_, i)) => Plan::Arrives(i),
+        None => Plan::Unmeasured(None),
+    }
+}
+
+/// The up path where a small message sent at `now` arrives first, by the
+/// scheduler's clocks and the lines' measured delays (without taking its
+/// turn: control messages are not planned for); `None` until a delay is
+/// measured.
+pub fn earliest_small(paths: &[Path], now: Instant) -> Option<usize> {
+    match plan(paths, now, 0, &Path::is_up) {
+        Plan::Arrives(i) => Some(i),
+        Plan::Unmeasured(_) => None,
+    }
 }
 
 /// Time to send `len` bytes at `rate` bytes per second.

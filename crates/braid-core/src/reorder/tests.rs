@@ -1515,3 +1515,125 @@ fn without_repairs_rule_3_gives_up_at_once() {
     assert_eq!(rx.delivered, [0, 1, 3, 4]);
     assert_eq!(rx.w.take_repair_request(), None);
 }
+
+/// Two lines, the second idle (live, but carrying nothing lately): a loss
+/// on the first used to wait the whole hold for the second. The sender's
+/// word that the gap's counters did not go on the second line lets rule 3
+/// give it up as soon as the first line has passed it.
+#[test]
+fn a_gap_the_sender_says_an_idle_line_never_carried_goes_at_once() {
+    for told in [false, true] {
+        let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+        rx.w.set_path_skew(Duration::from_millis(30));
+        rx.packet(0, 0, 1, 64);
+        rx.packet(1_000, 1, 0, 64);
+        // 2 is lost on line 0; line 1 carries nothing after 0.
+        rx.packet(2_000, 3, 0, 64);
+        rx.packet(3_000, 4, 0, 64);
+        if told {
+            // Counters 1..5 did not go on line 1.
+            rx.w.note_unassigned(rx.at(3_500), 1, 1, 5, false);
+        }
+        rx.tick(3_500);
+        if told {
+            assert_eq!(rx.delivered, [0, 1, 3, 4]);
+            let g = rx.w.gap_counters();
+            assert_eq!((g.by_paths, g.by_hold), (1, 0));
+            assert_eq!(g.wait_us, 1_500, "known at 2 ms, given up at 3.5 ms");
+        } else {
+            assert_eq!(rx.delivered, [0, 1], "waits for line 1");
+            let due = rx.w.poll_timeout().expect("the hold");
+            rx.tick(due.saturating_duration_since(rx.t0).as_micros() as u64);
+            assert_eq!(rx.delivered, [0, 1, 3, 4]);
+            assert_eq!(rx.w.gap_counters().by_hold, 1);
+        }
+    }
+}
+
+/// The sender's word counts only for the counters it names: a gap reaching
+/// past them (sent after the word), or one the line may have carried
+/// (below it), still waits for the line.
+#[test]
+fn the_senders_word_covers_only_the_counters_it_names() {
+    // (from, to) said about line 1 while the gap is 2..3 (head 3).
+    for (from, to, at_once) in [(1, 3, true), (2, 3, true), (3, 10, false), (0, 2, false)] {
+        let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+        rx.packet(0, 0, 1, 64);
+        rx.packet(1_000, 1, 0, 64);
+        rx.packet(2_000, 3, 0, 64);
+        rx.w.note_unassigned(rx.at(2_000), 1, from, to, false);
+        rx.tick(2_000);
+        let want: &[u64] = if at_once { &[0, 1, 3] } else { &[0, 1] };
+        assert_eq!(rx.delivered, want, "said {from}..{to}");
+    }
+    // An older word does not replace a newer one.
+    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    rx.packet(0, 0, 1, 64);
+    rx.packet(1_000, 1, 0, 64);
+    rx.packet(2_000, 3, 0, 64);
+    rx.w.note_unassigned(rx.at(2_000), 1, 1, 9, false);
+    rx.w.note_unassigned(rx.at(2_000), 1, 0, 1, false);
+    rx.tick(2_000);
+    assert_eq!(rx.delivered, [0, 1, 3]);
+}
+
+/// Several gaps found lost together are asked for together, each waiting
+/// one repair wait from the ask (not the hold, nor one wait after the
+/// other); a gap only lines that are not repaired can have carried is not
+/// asked for at all.
+#[test]
+fn gaps_found_lost_together_are_asked_for_together() {
+    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    rx.w.set_repair_wait(Some(Duration::from_millis(25)));
+    rx.w.set_path_skew(Duration::from_millis(100));
+    for (t, c, path) in [
+        (0, 0, 0),
+        (100, 2, 0),
+        (200, 4, 1),
+        (300, 6, 0),
+        (400, 7, 1),
+    ] {
+        rx.packet(t, c, path, 64);
+    }
+    // 1, 3 and 5 are missing; both lines are past all three.
+    rx.tick(400);
+    let asked: Vec<_> = std::iter::from_fn(|| rx.w.take_repair_request()).collect();
+    assert_eq!(asked, [(1, 2), (3, 4), (5, 6)]);
+    assert_eq!(rx.w.counters().repairs_asked, 3);
+    // 1 was found lost when 4 came (200 µs), 3 and 5 when 7 came.
+    let due = rx.w.poll_timeout().expect("waits for the repairs");
+    assert_eq!(due, rx.at(25_200));
+    rx.packet(10_000, 3, 0, 64);
+    rx.tick(25_200);
+    assert_eq!(rx.delivered, [0, 2, 3, 4]);
+    assert_eq!(rx.w.poll_timeout(), Some(rx.at(25_400)));
+    rx.tick(25_400);
+    assert_eq!(rx.delivered, [0, 2, 3, 4, 6, 7]);
+    assert_eq!(rx.w.counters().lost, 2);
+    assert_eq!(rx.w.gap_counters().by_paths, 2);
+
+    // The sender repairs neither line: nothing is asked, nothing waits.
+    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    rx.w.set_repair_wait(Some(Duration::from_millis(25)));
+    rx.w.note_unassigned(rx.at(0), 0, 0, 0, false);
+    rx.w.note_unassigned(rx.at(0), 1, 0, 0, false);
+    for (t, c, path) in [(0, 0, 0), (100, 2, 0), (200, 3, 1)] {
+        rx.packet(t, c, path, 64);
+    }
+    rx.tick(200);
+    assert_eq!(rx.w.take_repair_request(), None);
+    assert_eq!(rx.delivered, [0, 2, 3]);
+
+    // Line 1 is repaired but the sender says it did not carry 1: lost on
+    // line 0, which is not repaired, so not asked for.
+    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    rx.w.set_repair_wait(Some(Duration::from_millis(25)));
+    rx.w.note_unassigned(rx.at(0), 0, 0, 0, false);
+    rx.packet(0, 0, 0, 64);
+    rx.packet(100, 2, 0, 64);
+    rx.w.note_unassigned(rx.at(150), 1, 0, 3, true);
+    rx.packet(200, 3, 1, 64);
+    rx.tick(200);
+    assert_eq!(rx.w.take_repair_request(), None);
+    assert_eq!(rx.delivered, [0, 2, 3]);
+}

@@ -28,6 +28,8 @@ use braid_core::device::PeerOptions;
 use braid_core::path::{Mode, MAX_PATHS};
 use braid_netem::units;
 
+pub mod keys;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub interface: InterfaceConfig,
@@ -61,6 +63,10 @@ pub struct InterfaceConfig {
     /// unreachable default route that outlives the daemon, so traffic meant
     /// for the tunnel is refused, not sent in the clear, if it dies.
     pub fail_closed: bool,
+    /// braid: `MetricsListen =`, where `/metrics` is served (off when absent).
+    pub metrics_listen: Option<SocketAddr>,
+    /// braid: `LogLevel =`; `None` is info.
+    pub log_level: Option<crate::log::Level>,
 }
 
 /// braid's `MssFix =`: the largest MSS a TCP SYN or SYN-ACK crossing the
@@ -215,6 +221,13 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// A config file's name and text, as read by [`Config::load_with_text`].
+pub struct ConfigFile {
+    /// The file name, which errors name (`wg0.conf:7: ...`).
+    pub name: String,
+    pub text: zeroize::Zeroizing<String>,
+}
+
 /// Everything that can go wrong loading a configuration.
 #[derive(Debug)]
 pub enum ConfigError {
@@ -304,6 +317,13 @@ pub fn check_private_file(path: &Path) -> io::Result<()> {
 
 impl Config {
     pub fn load(path: impl AsRef<Path>) -> Result<Config, ConfigError> {
+        Config::load_with_text(path).map(|(config, _)| config)
+    }
+
+    /// [`load`](Self::load), also returning the file's text and name (what
+    /// `braid syncconf` hands the daemon, which parses it the same way).
+    /// The text holds the private key: it is zeroized when dropped.
+    pub fn load_with_text(path: impl AsRef<Path>) -> Result<(Config, ConfigFile), ConfigError> {
         let path = path.as_ref();
         let io_err = |source| ConfigError::Io {
             path: path.to_path_buf(),
@@ -311,7 +331,7 @@ impl Config {
         };
         check_private_file(path).map_err(io_err)?;
         use std::io::Read as _;
-        let mut bytes = Vec::new();
+        let mut bytes = zeroize::Zeroizing::new(Vec::new());
         std::fs::File::open(path)
             .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
             .map_err(io_err)?;
@@ -327,13 +347,15 @@ impl Config {
                 message: format!("file is larger than {MAX_CONFIG_BYTES} bytes"),
             });
         }
-        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
+        let text = std::str::from_utf8(&bytes).map_err(|_| ConfigError::Invalid {
             source_name: name.clone(),
             line: None,
             key: None,
             message: "file is not valid UTF-8".into(),
         })?;
-        Config::parse(&text, &name)
+        let config = Config::parse(text, &name)?;
+        let text = zeroize::Zeroizing::new(text.to_string());
+        Ok((config, ConfigFile { name, text }))
     }
 
     pub fn parse(text: &str, source_name: &str) -> Result<Config, ConfigError> {
@@ -395,6 +417,8 @@ struct InterfaceBuilder {
     cipher: Slot<CipherPolicy>,
     mss_fix: Slot<MssFix>,
     compression: Slot<CompressionPolicy>,
+    metrics_listen: Slot<Option<SocketAddr>>,
+    log_level: Slot<crate::log::Level>,
 }
 
 #[derive(Default)]
@@ -497,6 +521,18 @@ impl InterfaceBuilder {
                 &mut self.compression,
                 "Compression",
                 parse_compression(value),
+                line,
+            ),
+            "metricslisten" => set_once(
+                &mut self.metrics_listen,
+                "MetricsListen",
+                parse_metrics_listen(value),
+                line,
+            ),
+            "loglevel" => set_once(
+                &mut self.log_level,
+                "LogLevel",
+                parse_log_level(value),
                 line,
             ),
             _ => Err(key_err(raw_key, "unknown key in [Interface] section")),
@@ -607,6 +643,25 @@ impl Parser<'_> {
                 return Err(self.error(Some(line_no), None, "missing key before '='"));
             }
             let key = raw_key.to_ascii_lowercase();
+            // The table of keys decides what exists (the manual is written
+            // from it); the builders below parse the values.
+            let known = match self.section {
+                Section::None => true,
+                Section::Interface => keys::lookup(keys::Section::Interface, &key).is_some(),
+                Section::Peer => keys::lookup(keys::Section::Peer, &key).is_some(),
+            };
+            if !known {
+                let section = if matches!(self.section, Section::Peer) {
+                    "[Peer]"
+                } else {
+                    "[Interface]"
+                };
+                return Err(self.error(
+                    Some(line_no),
+                    Some(raw_key),
+                    format!("unknown key in {section} section"),
+                ));
+            }
             let result = match self.section {
                 Section::None => {
                     return Err(self.error(
@@ -739,6 +794,8 @@ impl Parser<'_> {
                 cipher: iface.cipher.map(|v| v.0).unwrap_or_default(),
                 mss_fix: iface.mss_fix.map(|v| v.0).unwrap_or_default(),
                 compression: iface.compression.map(|v| v.0).unwrap_or_default(),
+                metrics_listen: iface.metrics_listen.and_then(|v| v.0),
+                log_level: iface.log_level.map(|v| v.0),
             },
             peers,
         })
@@ -973,6 +1030,34 @@ fn parse_path(s: &str) -> Result<PathConfig, String> {
         bind,
         endpoint,
         transport,
+    })
+}
+
+/// `MetricsListen`: `IP:PORT` or `[IPv6]:PORT` (a literal address, so
+/// what is exposed is never up to a resolver), or `off`.
+fn parse_metrics_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    let addr: SocketAddr = s.parse().map_err(|_| {
+        format!(
+            "invalid address {s:?} (expected IP:PORT such as 127.0.0.1:9586, [::1]:9586, or off)"
+        )
+    })?;
+    if addr.port() == 0 {
+        return Err(format!(
+            "{s:?} has port 0; name the port Prometheus scrapes"
+        ));
+    }
+    Ok(Some(addr))
+}
+
+fn parse_log_level(s: &str) -> Result<crate::log::Level, String> {
+    crate::log::Level::parse(s).ok_or_else(|| {
+        format!(
+            "unknown log level {s:?} (expected {})",
+            crate::log::Level::NAMES
+        )
     })
 }
 

@@ -158,6 +158,18 @@ fn good_configs() {
             c.interface.compression == CompressionPolicy::Lz4
                 && c.peers[0].compression == Some(CompressionPolicy::Off)
         }),
+        ("[Interface]\nPrivateKey={SK}", |c| {
+            c.interface.metrics_listen.is_none() && c.interface.log_level.is_none()
+        }),
+        ("[Interface]\nPrivateKey={SK}\nMetricsListen = 127.0.0.1:9586\nLogLevel = Debug", |c| {
+            c.interface.metrics_listen == Some("127.0.0.1:9586".parse().unwrap())
+                && c.interface.log_level == Some(crate::log::Level::Debug)
+        }),
+        ("[Interface]\nPrivateKey={SK}\nmetricslisten=[2001:db8::1]:9586\nloglevel=warn", |c| {
+            c.interface.metrics_listen == Some("[2001:db8::1]:9586".parse().unwrap())
+                && c.interface.log_level == Some(crate::log::Level::Warn)
+        }),
+        ("[Interface]\nPrivateKey={SK}\nMetricsListen = off", |c| c.interface.metrics_listen.is_none()),
         ("[Interface]\nPrivateKey={SK}\nMssFix = AUTO", |c| c.interface.mss_fix == MssFix::Auto),
         ("[Interface]\nPrivateKey={SK}\nmssfix=off", |c| c.interface.mss_fix == MssFix::Off),
         ("[Interface]\nPrivateKey={SK}\nMssFix = 1000", |c| c.interface.mss_fix == MssFix::Fixed(1000)),
@@ -235,6 +247,13 @@ fn bad_configs() {
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 0mbit", Some(5), Some("RateLimit"), "outside"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRateLimit = 1mbit\nRateLimit = 2mbit", Some(6), Some("RateLimit"), "duplicate key (already set on line 5)"),
         ("[Interface]\nPrivateKey={SK}\nRateLimit = 1mbit", Some(3), Some("RateLimit"), "unknown key in [Interface]"),
+        ("[Interface]\nPrivateKey={SK}\nMetricsListen = localhost:9586", Some(3), Some("MetricsListen"), "invalid address \"localhost:9586\" (expected IP:PORT"),
+        ("[Interface]\nPrivateKey={SK}\nMetricsListen = 9586", Some(3), Some("MetricsListen"), "invalid address"),
+        ("[Interface]\nPrivateKey={SK}\nMetricsListen = 127.0.0.1:0", Some(3), Some("MetricsListen"), "port 0"),
+        ("[Interface]\nPrivateKey={SK}\nMetricsListen = 127.0.0.1:1\nMetricsListen = 127.0.0.1:2", Some(4), Some("MetricsListen"), "duplicate key (already set on line 3)"),
+        ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMetricsListen = 127.0.0.1:1", Some(5), Some("MetricsListen"), "unknown key in [Peer]"),
+        ("[Interface]\nPrivateKey={SK}\nLogLevel = chatty", Some(3), Some("LogLevel"), "unknown log level \"chatty\" (expected error, warn, info or debug)"),
+        ("[Interface]\nPrivateKey={SK}\nLogLevel =", Some(3), Some("LogLevel"), "unknown log level \"\""),
         ("[Interface]\nPrivateKey={SK}\nCompression = lzo", Some(3), Some("Compression"), "unknown compression \"lzo\" (expected lz4 or off)"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nCompression = yes", Some(5), Some("Compression"), "unknown compression"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nEndpoint=2001:db8::1:51820", Some(5), Some("Endpoint"), "invalid endpoint"),

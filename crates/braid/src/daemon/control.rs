@@ -61,12 +61,54 @@ impl ControlSocket {
     /// Starts the accept thread. Called after privileges are dropped:
     /// capabilities, the bounding set and no-new-privs are per thread, and
     /// a thread inherits them from the one that starts it.
-    pub fn serve(self, waker: Arc<Waker>) -> std::io::Result<Receiver<Pending>> {
-        let (tx, rx) = mpsc::channel();
+    pub fn serve(self, requester: Requester) -> std::io::Result<()> {
         std::thread::Builder::new()
             .name("braid-uapi".into())
-            .spawn(move || accept_loop(&self.name, self.listener, self.owner, tx, waker))?;
-        Ok(rx)
+            .spawn(move || accept_loop(&self.name, self.listener, self.owner, requester))?;
+        Ok(())
+    }
+}
+
+/// How a thread other than the event loop asks it something (the UAPI
+/// connections, the metrics server): the request goes down a channel, the
+/// loop is woken, and the answer comes back on a channel of its own.
+#[derive(Clone)]
+pub struct Requester {
+    tx: Sender<Pending>,
+    waker: Arc<Waker>,
+}
+
+/// The event loop's end ([`Receiver`]) and the askers' end of the requests.
+pub fn request_channel(waker: Arc<Waker>) -> (Requester, Receiver<Pending>) {
+    let (tx, rx) = mpsc::channel();
+    (Requester { tx, waker }, rx)
+}
+
+impl Requester {
+    /// Asks and waits for the answer (EIO once the loop has gone).
+    pub fn ask(&self, request: Request) -> Response {
+        match self.send(request) {
+            Some(reply) => reply.recv().unwrap_or(Response::Error(Errno::EIO)),
+            None => Response::Error(Errno::EIO),
+        }
+    }
+
+    /// Asks and waits at most `limit` (`None` past it, or once the loop
+    /// has gone).
+    pub fn ask_within(&self, request: Request, limit: Duration) -> Option<Response> {
+        self.send(request)?.recv_timeout(limit).ok()
+    }
+
+    fn send(&self, request: Request) -> Option<Receiver<Response>> {
+        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        self.tx
+            .send(Pending {
+                request,
+                reply: reply_tx,
+            })
+            .ok()?;
+        let _ = self.waker.wake();
+        Some(reply_rx)
     }
 }
 
@@ -93,13 +135,7 @@ fn authorized(peer: Option<libc::ucred>, owner: libc::uid_t) -> bool {
     peer.is_some_and(|c| c.uid == 0 || c.uid == owner)
 }
 
-fn accept_loop(
-    name: &str,
-    listener: UnixListener,
-    owner: libc::uid_t,
-    tx: Sender<Pending>,
-    waker: Arc<Waker>,
-) {
+fn accept_loop(name: &str, listener: UnixListener, owner: libc::uid_t, requester: Requester) {
     let mut refused: u64 = 0;
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
@@ -108,35 +144,22 @@ fn accept_loop(
             refused = refused.saturating_add(1);
             // Local users could fill the log: the first few, then every 1000th.
             if refused <= 10 || refused.is_multiple_of(1000) {
-                eprintln!(
-                    "braid[{name}]: refused a userspace API connection from uid {} (only root and uid {owner} may connect; {refused} refused so far)",
+                crate::warn!(
+                    name,
+                    "refused a userspace API connection from uid {} (only root and uid {owner} may connect; {refused} refused so far)",
                     peer.map_or_else(|| "unknown".to_string(), |c| c.uid.to_string())
                 );
             }
             continue;
         }
-        let tx = tx.clone();
-        let waker = waker.clone();
+        let requester = requester.clone();
         // One thread per client keeps a slow client from blocking others;
         // clients are root tools that connect rarely.
         let _ = std::thread::Builder::new()
             .name("braid-uapi-conn".into())
             .spawn(move || {
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-                let mut handler = |request: Request| {
-                    let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-                    if tx
-                        .send(Pending {
-                            request,
-                            reply: reply_tx,
-                        })
-                        .is_err()
-                    {
-                        return Response::Error(Errno::EIO);
-                    }
-                    let _ = waker.wake();
-                    reply_rx.recv().unwrap_or(Response::Error(Errno::EIO))
-                };
+                let mut handler = |request: Request| requester.ask(request);
                 let _ = uapi::serve_connection(stream, &mut handler);
             });
     }
@@ -344,6 +367,10 @@ pub fn snapshot(
                     info.repair_wait.map_or(0, micros),
                 ),
                 ("repairs_asked".to_string(), r.repairs_asked),
+                ("gaps_by_hold".to_string(), info.reorder_gaps.by_hold),
+                ("gaps_by_bounds".to_string(), info.reorder_gaps.by_bounds),
+                ("gaps_by_paths".to_string(), info.reorder_gaps.by_paths),
+                ("gap_wait_us".to_string(), info.reorder_gaps.wait_us),
                 ("resent".to_string(), info.resent),
                 ("resend_unavailable".to_string(), info.resend_unavailable),
                 ("resend_congestion".to_string(), info.resend_congestion),
@@ -460,7 +487,8 @@ mod tests {
             owner: 0,
         };
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
-        let rx = socket.serve(Arc::new(Waker::new().unwrap())).unwrap();
+        let (requester, rx) = request_channel(Arc::new(Waker::new().unwrap()));
+        socket.serve(requester).unwrap();
         std::thread::spawn(move || {
             for p in rx {
                 let _ = p.reply.send(Response::Ok);

@@ -229,6 +229,11 @@ impl Shared {
         self.lines.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lines, to open or close one (a reload); the data plane waits.
+    pub fn lines_mut(&self) -> std::sync::RwLockWriteGuard<'_, Lines> {
+        self.lines.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn replace_main_line(&self, socket: braid_io::UdpSocket) {
         self.lines
             .write()

@@ -107,7 +107,7 @@ fn guard(mut link: UnixStream, duties: &Duties) -> ! {
             UP => up = true,
             PRE_DOWN => {
                 if let Err(e) = run_hooks(name, &duties.pre_down) {
-                    eprintln!("braid[{name}]: {e}");
+                    crate::error!(name, "{e}");
                 }
                 let _ = link.write_all(&[PRE_DOWN_DONE]);
             }
@@ -116,7 +116,7 @@ fn guard(mut link: UnixStream, duties: &Duties) -> ! {
     }
     if up {
         if let Err(e) = run_hooks(name, &duties.post_down) {
-            eprintln!("braid[{name}]: {e}");
+            crate::error!(name, "{e}");
         }
     }
     // Only the socket this daemon created: a new daemon may already own the name.

@@ -38,7 +38,7 @@ impl Watch {
             Err(e) => {
                 let msg = e.to_string();
                 if self.last_error.as_deref() != Some(&msg) {
-                    eprintln!("braid[{name}]: cannot look at the interface: {msg}");
+                    crate::warn!(name, "cannot look at the interface: {msg}");
                     self.last_error = Some(msg);
                 }
                 return Seen::Unknown;
@@ -50,12 +50,13 @@ impl Watch {
             Some(last) => {
                 moved = last.netns_id != state.netns_id;
                 for change in changes(last, &state) {
-                    eprintln!("braid[{name}]: {change}");
+                    crate::info!(name, "{change}");
                 }
             }
             None if state.netns_id.is_some() => {
-                eprintln!(
-                    "braid[{name}]: interface {} is in another network namespace",
+                crate::info!(
+                    name,
+                    "interface {} is in another network namespace",
                     state.name
                 );
             }

@@ -20,6 +20,11 @@ pub enum TcpRole {
 pub enum Line {
     Udp(UdpSocket),
     Tcp(TcpRole, TcpLine),
+    /// A line a reload took away: its socket is closed, so nothing arrives
+    /// on it (and the peer's traffic there cannot bring its path back);
+    /// the slot keeps the other lines' numbers and is reused by the next
+    /// new line.
+    Closed,
 }
 
 impl Line {
@@ -28,6 +33,8 @@ impl Line {
         match self {
             Line::Udp(s) => s.as_raw_fd(),
             Line::Tcp(_, t) => t.as_raw_fd(),
+            // poll(2) skips a negative descriptor.
+            Line::Closed => -1,
         }
     }
 
@@ -36,6 +43,7 @@ impl Line {
         match self {
             Line::Udp(s) => s.has_pending(),
             Line::Tcp(_, t) => t.has_pending(),
+            Line::Closed => false,
         }
     }
 
@@ -52,6 +60,7 @@ impl Line {
                 Ok(n)
             }
             Line::Tcp(_, t) => t.recv_batch(batch, line),
+            Line::Closed => Ok(0),
         }
     }
 
@@ -59,6 +68,8 @@ impl Line {
         match self {
             Line::Udp(s) => s.send_batch_on_line(batch, line),
             Line::Tcp(_, t) => t.send_batch_on_line(batch, line),
+            // Nothing is routed to a closed line once its paths are gone.
+            Line::Closed => Ok(0),
         }
     }
 
@@ -66,13 +77,14 @@ impl Line {
         match self {
             Line::Udp(s) => s.dropped(),
             Line::Tcp(_, t) => t.dropped(),
+            Line::Closed => 0,
         }
     }
 
     pub fn udp(&self) -> Option<&UdpSocket> {
         match self {
             Line::Udp(s) => Some(s),
-            Line::Tcp(..) => None,
+            Line::Tcp(..) | Line::Closed => None,
         }
     }
 }

@@ -40,7 +40,18 @@ impl Lines {
             // Exact: every line got an index that fits (line_index).
             return Ok(i as u16);
         }
-        let index = line_index(self.sockets.len())?;
+        // A slot a reload closed is taken first, so lines do not run out
+        // over many reloads.
+        let reuse = self
+            .sockets
+            .iter()
+            .skip(1)
+            .position(|l| matches!(l, Line::Closed))
+            .map(|i| i + 1);
+        let index = match reuse {
+            Some(i) => line_index(i)?,
+            None => line_index(self.sockets.len())?,
+        };
         let socket = match bind {
             Bind::Interface(dev) => UdpSocket::bind_on(
                 SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
@@ -58,9 +69,39 @@ impl Lines {
             }
         }
         .map_err(|e| io::Error::new(e.kind(), format!("line bind={}: {e}", describe(bind))))?;
-        self.sockets.push(Line::Udp(socket));
-        self.binds.push(Some(bind.clone()));
+        match reuse {
+            Some(i) => {
+                self.sockets[i] = Line::Udp(socket);
+                self.binds[i] = Some(bind.clone());
+            }
+            None => {
+                self.sockets.push(Line::Udp(socket));
+                self.binds.push(Some(bind.clone()));
+            }
+        }
         Ok(index)
+    }
+
+    /// Closes UDP line `line` (never the main line, nor a TCP line): a
+    /// reload left no path on it.
+    pub fn close(&mut self, line: u16) {
+        let i = usize::from(line);
+        if i == 0 || !matches!(self.sockets.get(i), Some(Line::Udp(_))) {
+            return;
+        }
+        self.sockets[i] = Line::Closed;
+        self.binds[i] = None;
+    }
+
+    /// The UDP lines opened for a `bind=`, by index.
+    pub fn bound_udp_lines(&self) -> impl Iterator<Item = u16> + '_ {
+        self.sockets
+            .iter()
+            .zip(&self.binds)
+            .enumerate()
+            .filter(|(_, (l, b))| matches!(l, Line::Udp(_)) && b.is_some())
+            // Exact: every line got an index that fits (line_index).
+            .map(|(i, _)| i as u16)
     }
 
     /// What line `line` is bound to (`None`: the main line, or no such line).

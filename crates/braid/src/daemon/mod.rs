@@ -17,6 +17,7 @@ mod clocks;
 pub mod control;
 pub mod crypto_helpers;
 pub mod dataplane;
+mod events;
 pub mod guardian;
 pub mod hooks;
 pub mod iface;
@@ -25,6 +26,7 @@ pub mod lines;
 mod os_random;
 mod pmtu;
 pub mod privilege;
+mod reload;
 pub mod routes;
 pub mod tcp_lines;
 
@@ -56,12 +58,6 @@ const HOUSEKEEPING: Duration = Duration::from_secs(1);
 /// enough that a busy receive loop does not scan every peer per batch.
 const PATH_MTU_FOLLOW: Duration = Duration::from_millis(100);
 
-macro_rules! log {
-    ($name:expr, $($arg:tt)*) => {
-        eprintln!("braid[{}]: {}", $name, format!($($arg)*))
-    };
-}
-
 /// What to bring up.
 pub struct UpRequest {
     pub name: String,
@@ -70,6 +66,8 @@ pub struct UpRequest {
     pub config: Option<Config>,
     /// Whether the daemon gives up root once set up.
     pub privileges: privilege::Privileges,
+    /// The most verbose level logged (`LogLevel =`, raised by `-v`).
+    pub log_level: crate::log::Level,
 }
 
 /// Turns a parsed config into the same `set` request the UAPI would send,
@@ -112,6 +110,8 @@ pub fn config_to_set(config: &Config) -> std::io::Result<SetRequest> {
 /// the set-up.
 pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
     let name = req.name.clone();
+    crate::log::set_level(req.log_level);
+    crate::log::detect_output();
     let (mut daemon, path) = match setup(&req) {
         Ok(v) => v,
         Err(e) => {
@@ -129,33 +129,37 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         "braid: interface {name} is up (listening on UDP port {})\n",
         daemon.state.listen_port
     ));
-    log!(
+    daemon.notifier = ready.take_notifier();
+    crate::info!(
         name,
         "up, listening on UDP port {}",
         daemon.state.listen_port
     );
     if daemon.shared.crypto_helpers > 0 {
-        log!(
+        crate::info!(
             name,
             "{} crypto helper thread(s) per direction",
             daemon.shared.crypto_helpers
         );
     }
     let result = daemon.event_loop();
+    if let Some(n) = &daemon.notifier {
+        let _ = n.stopping();
+    }
     if let Some(guardian) = daemon.guardian.as_mut() {
         if let Err(e) = guardian.pre_down() {
-            log!(name, "PreDown through the privilege guardian: {e}");
+            crate::error!(name, "PreDown through the privilege guardian: {e}");
         }
     } else if let Err(e) = run_hooks(&name, &pre_down) {
-        log!(name, "{e}");
+        crate::error!(name, "{e}");
     }
     let _ = std::fs::remove_file(&path);
     if background::stop_requested() || !daemon.routes.fails_closed() {
         if let Err(e) = daemon.routes.remove() {
-            log!(name, "removing routing rules: {e}");
+            crate::error!(name, "removing routing rules: {e}");
         }
     } else {
-        log!(
+        crate::warn!(
             name,
             "stopped without a stop request: the full tunnel stays closed (its rules and \
              unreachable routes stay, FailClosed); `braid up` again or `braid down {name}.conf` \
@@ -168,10 +172,10 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
     drop(daemon);
     if !guarded {
         if let Err(e) = run_hooks(&name, &post_down) {
-            log!(name, "{e}");
+            crate::error!(name, "{e}");
         }
     }
-    log!(name, "down");
+    crate::info!(name, "down");
     result
 }
 
@@ -194,6 +198,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     if let Some(cfg) = &req.config {
         routes::check_table_free(cfg, full_tunnel_mark)?;
     }
+    // Bound before anything changes, so a port in use stops `braid up`
+    // with nothing to undo.
+    let metrics_listener = req
+        .config
+        .as_ref()
+        .and_then(|c| c.interface.metrics_listen)
+        .map(crate::metrics::bind)
+        .transpose()?;
     if let Some(cfg) = &req.config {
         run_hooks(name, &cfg.interface.pre_up)?;
     }
@@ -223,7 +235,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
     {
-        log!(name, "test knob: rekeying every {secs} s");
+        crate::warn!(name, "test knob: rekeying every {secs} s");
         device.set_rekey_after_time_for_tests(Duration::from_secs(secs));
     }
     if let Some(cfg) = &req.config {
@@ -288,7 +300,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         privilege::drop_to(target)?;
         g.up()?;
         let kept: Vec<&str> = privilege::KEPT_CAPABILITIES.iter().map(|c| c.1).collect();
-        log!(
+        crate::info!(
             name,
             "running as user {user}, keeping {}",
             kept.join(" and ")
@@ -296,7 +308,11 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     }
     // Every thread starts from here on, after the drop: each inherits the
     // reduced capabilities, bounding set and no-new-privs of this one.
-    let requests = control_socket.serve(waker.clone())?;
+    let (requester, requests) = control::request_channel(waker.clone());
+    if let Some(listener) = metrics_listener {
+        crate::metrics::serve(name, listener, requester.clone())?;
+    }
+    control_socket.serve(requester)?;
     let mss_fix = req
         .config
         .as_ref()
@@ -326,6 +342,15 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         control_batch: data_plane_batch(),
         routes: installed,
         guardian,
+        events: events::EventWatch::default(),
+        log_raise: req.log_level.steps_above(
+            req.config
+                .as_ref()
+                .and_then(|c| c.interface.log_level)
+                .unwrap_or(crate::log::Level::Info),
+        ),
+        running: req.config.as_ref().map(reload::Running::new),
+        notifier: None,
     };
     Ok((daemon, path))
 }
@@ -383,6 +408,15 @@ struct Daemon {
     control_batch: PacketBatch,
     routes: routes::Installed,
     guardian: Option<guardian::Guardian>,
+    events: events::EventWatch,
+    /// How many levels `-v` raised the config's `LogLevel` by (a reload
+    /// that changes `LogLevel` keeps them).
+    log_raise: u8,
+    /// The config it runs, for `braid syncconf` to compare a file with;
+    /// `None` for an interface configured over the userspace API alone.
+    running: Option<reload::Running>,
+    /// The service manager, told about reloads and the stop.
+    notifier: Option<crate::sd_notify::Notifier>,
 }
 
 impl Daemon {
@@ -403,7 +437,7 @@ impl Daemon {
         // (EBADFD), wherever the interface was: that is its removal, a
         // stop like any other, not an I/O failure.
         if matches!(&result, Err(e) if braid_io::is_removed_error(e)) || self.shared.tun.removed() {
-            log!(self.name, "interface was removed");
+            crate::info!(self.name, "interface was removed");
             return Ok(());
         }
         result
@@ -465,7 +499,7 @@ impl Daemon {
             // Time the monotonic clock missed (a suspend) ages sessions and
             // timers before they fire; the wall clock ran on too.
             if let Some(slept) = suspend.check(now) {
-                log!(self.name, "the system slept for {:.0?}", slept);
+                crate::info!(self.name, "the system slept for {:.0?}", slept);
                 let mut device = self.shared.device();
                 device.time_passed_unseen(now, slept);
                 let (at, wall) = clocks::wall_now();
@@ -475,6 +509,7 @@ impl Daemon {
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
                 self.shared.follow_path_mtu(&self.name);
+                self.events.look(&self.shared.device(), &self.name);
             }
             self.write_released(now)?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
@@ -530,6 +565,15 @@ impl Daemon {
                     Response::Braid(snap)
                 }
                 Request::Set(set) => self.apply(&set),
+                Request::SetBraid(config) => {
+                    let (response, line) = self.serve_sync(&config);
+                    if matches!(response, Response::Synced(Err(_))) {
+                        crate::warn!(self.name, "{line}");
+                    } else {
+                        crate::info!(self.name, "{line}");
+                    }
+                    response
+                }
             };
             let _ = pending.reply.send(response);
         }
@@ -555,7 +599,9 @@ impl Daemon {
                     .load(std::sync::atomic::Ordering::Relaxed),
             ),
         ];
-        control::snapshot(&self.shared.device(), &self.state, &io)
+        let mut snap = control::snapshot(&self.shared.device(), &self.state, &io);
+        snap.events = crate::log::recent();
+        snap
     }
 
     fn apply(&mut self, set: &SetRequest) -> Response {
@@ -575,7 +621,7 @@ impl Daemon {
                         self.shared.replace_main_line(udp);
                     }
                     Err(e) => {
-                        log!(self.name, "cannot listen on UDP port {port}: {e}");
+                        crate::warn!(self.name, "cannot listen on UDP port {port}: {e}");
                         return Response::Error(Errno::EADDRINUSE);
                     }
                 }
@@ -588,7 +634,7 @@ impl Daemon {
             self.state.fwmark = mark;
         }
         if let Err(e) = dataplane::transmit_pending(&self.shared, now, &mut self.control_batch) {
-            log!(self.name, "send failed: {e}");
+            crate::warn!(self.name, "send failed: {e}");
         }
         Response::Ok
     }

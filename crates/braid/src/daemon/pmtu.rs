@@ -153,12 +153,12 @@ impl PathMtu {
             Ok(()) => {
                 self.refused.store(0, Ordering::Relaxed);
                 let was = self.applied.swap(target, Ordering::Relaxed);
-                eprintln!("braid[{name}]: path MTU: tunnel MTU {was} -> {target}");
+                crate::info!(name, "path MTU: tunnel MTU {was} -> {target}");
                 Some(target)
             }
             Err(e) => {
                 self.refused.store(target, Ordering::Relaxed);
-                eprintln!("braid[{name}]: cannot set the tunnel MTU to {target}: {e}");
+                crate::warn!(name, "cannot set the tunnel MTU to {target}: {e}");
                 None
             }
         }

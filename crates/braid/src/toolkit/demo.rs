@@ -17,7 +17,9 @@
 
 use crate::toolkit::lab::braid::extra_counter;
 use crate::toolkit::lab::{self, IfaceConf, Lab, LabResult, PeerConf};
-use std::time::{Duration, Instant};
+use crate::toolkit::plot::{self, sample, Mark, MarkKind, Panel, Series};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const TUNNEL_A: &str = "198.19.77.1";
 const TUNNEL_B: &str = "198.19.77.2";
@@ -26,8 +28,9 @@ fn step(text: &str) {
     println!("\n== {text}");
 }
 
-/// Runs the demo; `seconds` is the length of the iperf3 run.
-pub fn run_demo(seconds: u32) -> LabResult<()> {
+/// Runs the demo; `seconds` is the length of the iperf3 run; with `plot`,
+/// the run is also drawn there as an SVG.
+pub fn run_demo(seconds: u32, plot: Option<&Path>) -> LabResult<()> {
     lab::require_tools(&["ip", "iperf3", "ping"])?;
     let seconds = seconds.max(4);
     let mut lab = Lab::new("d")?;
@@ -54,7 +57,7 @@ pub fn run_demo(seconds: u32) -> LabResult<()> {
         "127.0.0.1:51820",
         &["--loss", "2%", "--seed", "1"],
     )?;
-    lab.netem(
+    let jittery = lab.netem(
         &ns_b,
         "jittery",
         "198.18.78.2:5002",
@@ -121,6 +124,10 @@ pub fn run_demo(seconds: u32) -> LabResult<()> {
     std::thread::sleep(Duration::from_millis(300));
     let client = lab.spawn(client, "iperf3-client.json")?;
     let start = Instant::now();
+    let start_unix_ms = unix_ms(SystemTime::now());
+    let mut lines = sample::LineRates::new(&["line 1 (lossy)", "line 2 (jittery)"], start);
+    lines.poll(start, &[&lossy, &jittery]);
+    let (mut total, mut marks) = (Vec::new(), Vec::new());
     let mut last = live_counters(&lab, &ns_b, &b)?;
     let (mut cut, mut restored) = (false, false);
     println!(
@@ -131,18 +138,22 @@ pub fn run_demo(seconds: u32) -> LabResult<()> {
         std::thread::sleep(
             (start + Duration::from_secs(t.into())).saturating_duration_since(Instant::now()),
         );
+        lines.poll(Instant::now(), &[&lossy, &jittery]);
         if !cut && t >= seconds / 3 {
             lossy.control("cut")?;
             cut = true;
+            marks.push(mark(start, MarkKind::Cut, "line 1 cut"));
             println!("   --- line 1 cut ---");
         }
         if !restored && t >= 2 * seconds / 3 {
             lossy.control("restore")?;
             restored = true;
+            marks.push(mark(start, MarkKind::Restore, "line 1 restored"));
             println!("   --- line 1 restored ---");
         }
         let now = live_counters(&lab, &ns_b, &b)?;
         let mbit = (now.rx_bytes.saturating_sub(last.rx_bytes)) as f64 * 8.0 / 1e6;
+        total.push((start.elapsed().as_secs_f64(), mbit));
         println!(
             "   {:>3}s  {:>10.1}  {:<28} {:<28} {:>9} {:>9} {:>6}",
             t,
@@ -167,6 +178,38 @@ pub fn run_demo(seconds: u32) -> LabResult<()> {
         }
     }
 
+    if let Some(path) = plot {
+        // braid's own word on when it saw line 1 go and come back: the
+        // sending side's events (the side with the Path lines).
+        let events = lab
+            .braid_show(&ns_a, &a, true)
+            .ok()
+            .and_then(|j| crate::uapi::snapshot_from_json(&j).ok())
+            .map(|s| s.events)
+            .unwrap_or_default();
+        marks.extend(sample::event_marks(
+            &events,
+            start_unix_ms,
+            f64::from(seconds) + 1.0,
+        ));
+        marks.sort_by(|x, y| x.at.total_cmp(&y.at));
+        let mut series = lines.series();
+        series.push(Series {
+            label: "total arrived (braid)".into(),
+            points: total,
+            total: true,
+        });
+        let panel = Panel {
+            title: format!(
+                "braid demo: Mode = redundant over a lossy (2 %) and a jittery (3 ms ± 1 ms) line, one TCP stream for {seconds} s"
+            ),
+            series,
+            marks,
+        };
+        plot::write_svg(path, "braid demo", &[panel])?;
+        println!("   plot: {}", path.display());
+    }
+
     step("braid show, on both sides");
     for (ns, name) in [(&ns_a, &a), (&ns_b, &b)] {
         println!("{}", lab.braid_show(ns, name, false)?);
@@ -175,6 +218,19 @@ pub fn run_demo(seconds: u32) -> LabResult<()> {
     drop(lab);
     println!("   done: namespaces, daemons, relays and files removed");
     Ok(())
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn mark(start: Instant, kind: MarkKind, label: &str) -> Mark {
+    Mark {
+        at: start.elapsed().as_secs_f64(),
+        kind,
+        label: label.into(),
+    }
 }
 
 #[derive(Default)]

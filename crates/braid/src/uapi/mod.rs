@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 
+pub mod sync;
+
 /// Longest accepted line, newline excluded. `wg` never sends more than a
 /// key plus a 4096-byte host name.
 pub const MAX_LINE_LEN: usize = 4096;
@@ -81,6 +83,8 @@ pub enum Operation {
     Get,
     GetBraid,
     Set,
+    /// braid's `set=braid`: a whole config file to apply ([`sync`]).
+    SetBraid,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +92,7 @@ pub enum Request {
     Get,
     GetBraid,
     Set(SetRequest),
+    SetBraid(sync::ConfigText),
 }
 
 impl Request {
@@ -96,6 +101,7 @@ impl Request {
             Request::Get => Operation::Get,
             Request::GetBraid => Operation::GetBraid,
             Request::Set(_) => Operation::Set,
+            Request::SetBraid(_) => Operation::SetBraid,
         }
     }
 }
@@ -159,6 +165,9 @@ pub enum Response {
     Get(DeviceSnapshot),
     /// Answer to `get=braid`.
     Braid(DeviceSnapshot),
+    /// Answer to `set=braid`: what changed and what waits for a restart,
+    /// or why nothing changed.
+    Synced(Result<Vec<String>, String>),
     Error(Errno),
 }
 
@@ -174,6 +183,8 @@ pub struct DeviceSnapshot {
     pub peers: Vec<PeerSnapshot>,
     /// braid's device-wide counters, in display order.
     pub extra: Vec<(String, u64)>,
+    /// braid: the daemon's last events at info and above (`braid top`).
+    pub events: Vec<crate::log::RecentEvent>,
 }
 
 impl DeviceSnapshot {
@@ -186,6 +197,7 @@ impl DeviceSnapshot {
             fwmark,
             peers: Vec::new(),
             extra: Vec::new(),
+            events: Vec::new(),
         }
     }
 }
@@ -409,9 +421,11 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
         b"get=1" => Operation::Get,
         b"get=braid" => Operation::GetBraid,
         b"set=1" => Operation::Set,
+        b"set=braid" => Operation::SetBraid,
         _ => return Err(fatal(Errno::EPROTO, "unknown operation")),
     };
     let mut set = SetParser::default();
+    let mut sync = sync::SyncParser::default();
     let mut first_error: Option<UapiError> = None;
     loop {
         let line = match lines.body_line() {
@@ -432,6 +446,7 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
         let result = match op {
             Operation::Get | Operation::GetBraid => Err(invalid("get takes no arguments")),
             Operation::Set => set.line(line),
+            Operation::SetBraid => sync.line(line),
         };
         if let Err(e) = result {
             first_error = Some(e);
@@ -445,6 +460,10 @@ pub fn read_request<R: BufRead>(r: &mut R) -> Result<Option<Request>, UapiError>
         Operation::Get => Request::Get,
         Operation::GetBraid => Request::GetBraid,
         Operation::Set => Request::Set(set.req),
+        Operation::SetBraid => Request::SetBraid(sync.finish().map_err(|mut e| {
+            e.operation = Some(op);
+            e
+        })?),
     }))
 }
 
@@ -685,6 +704,8 @@ pub(crate) struct DeviceJson {
     fwmark: u32,
     peers: Vec<PeerJson>,
     extra: Vec<(String, u64)>,
+    #[serde(default)]
+    events: Vec<crate::log::RecentEvent>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -742,6 +763,7 @@ pub(crate) fn json_view(snap: &DeviceSnapshot) -> DeviceJson {
             })
             .collect(),
         extra: snap.extra.clone(),
+        events: snap.events.clone(),
     }
 }
 
@@ -782,6 +804,7 @@ pub fn snapshot_from_json(json: &str) -> Result<DeviceSnapshot, serde_json::Erro
             })
             .collect::<Result<_, serde_json::Error>>()?,
         extra: dev.extra,
+        events: dev.events,
     })
 }
 
@@ -820,6 +843,7 @@ impl Response {
             Response::Ok => Zeroizing::new("errno=0\n\n".to_string()),
             Response::Get(snap) => format_get(snap),
             Response::Braid(snap) => Zeroizing::new(format_braid(snap)),
+            Response::Synced(outcome) => Zeroizing::new(sync::format_reply(outcome)),
             Response::Error(errno) => Zeroizing::new(format_errno(op, *errno)),
         }
     }

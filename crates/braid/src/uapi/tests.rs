@@ -540,6 +540,7 @@ fn unix_socket_round_trip() {
                 Request::Get => Response::Get(sample_snapshot()),
                 Request::GetBraid => Response::Braid(sample_snapshot()),
                 Request::Set(_) => Response::Error(Errno::EADDRINUSE),
+                Request::SetBraid(c) => Response::Synced(Ok(vec![c.source])),
             })
             .unwrap();
         }

@@ -1,6 +1,8 @@
 //! `braid bench tunnel --quick --json` for braid and for the raw veth:
 //! every number is there and positive, and the lab's namespaces are gone
-//! afterwards. Nothing asserts how fast anything ran.
+//! afterwards; braid's run also draws `--plot` (issue 23), which a
+//! renderer nobody here wrote turns into a picture. Nothing asserts how
+//! fast anything ran.
 
 use serde_json::Value;
 use std::process::Command;
@@ -25,11 +27,13 @@ fn netns_list() -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn bench(vpn: &str) -> Value {
-    let out = Command::new(crate::harness::BRAID)
-        .args(["bench", "tunnel", "--quick", "--json", "--vpn", vpn])
-        .output()
-        .expect("run braid bench tunnel");
+fn bench(vpn: &str, plot: Option<&std::path::Path>) -> Value {
+    let mut cmd = Command::new(crate::harness::BRAID);
+    cmd.args(["bench", "tunnel", "--quick", "--json", "--vpn", vpn]);
+    if let Some(file) = plot {
+        cmd.arg("--plot").arg(file);
+    }
+    let out = cmd.output().expect("run braid bench tunnel");
     assert!(
         out.status.success(),
         "braid bench tunnel --vpn {vpn} failed: {}",
@@ -83,11 +87,25 @@ fn bench_tunnel_quick_json_braid_and_raw_veth() {
     }
     // It measures throughput: not while another test does.
     let _serial = crate::harness::iperf_lock();
+    let env = crate::harness::TestEnv::new("bench_tunnel");
+    let svg = env.path("tunnel.svg");
     for vpn in ["braid", "none"] {
-        let doc = bench(vpn);
+        let doc = bench(vpn, (vpn == "braid").then_some(svg.as_path()));
         check(&doc, vpn);
         if vpn == "braid" {
             assert_eq!(doc["vpn_pids"].as_array().map(Vec::len), Some(2));
         }
     }
+    let text = std::fs::read_to_string(&svg).expect("the --plot file");
+    for want in [
+        "braid bench tunnel",
+        "braid: one TCP stream A→B (with ping)",
+        "braid: 4 TCP streams A→B",
+        "braid: one TCP stream B→A (-R)",
+        "round 1",
+        "Mbit/s",
+    ] {
+        assert!(text.contains(want), "no {want:?} in {}", svg.display());
+    }
+    crate::plots::assert_renders(&svg);
 }

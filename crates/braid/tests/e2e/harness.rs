@@ -176,6 +176,10 @@ fn apt_package(tool: &str) -> &'static str {
         "ip" | "ss" => "iproute2",
         "tcpdump" => "tcpdump",
         "qemu-aarch64" | "qemu-x86_64" => "qemu-user",
+        "systemd-analyze" => "systemd",
+        "dpkg" | "dpkg-deb" => "dpkg",
+        "useradd" => "passwd",
+        "man" => "man-db",
         _ => "?",
     }
 }
@@ -490,6 +494,18 @@ impl<'a> BraidUp<'a> {
         conf: &IfaceConf,
         mode: BraidMode,
     ) -> BraidUp<'a> {
+        Self::start_with(env, ns, ifname, conf, mode, &[])
+    }
+
+    /// [`BraidUp::start`] with more arguments for `braid up` (`-v`, …).
+    pub fn start_with(
+        env: &TestEnv,
+        ns: &'a Netns,
+        ifname: &str,
+        conf: &IfaceConf,
+        mode: BraidMode,
+        up_args: &[&str],
+    ) -> BraidUp<'a> {
         let conf_path = env.write(&format!("{ifname}.conf"), &conf.wg_quick());
         let log = env.path(&format!("{ifname}.braid.log"));
         let mut g = BraidUp {
@@ -507,7 +523,10 @@ impl<'a> BraidUp<'a> {
         match mode {
             BraidMode::Daemon => {
                 let mut c = ns.cmd(BRAID);
-                c.args(["up", &conf_s]).env("RUST_LOG", "debug");
+                c.arg("up")
+                    .args(up_args)
+                    .arg(&conf_s)
+                    .env("RUST_LOG", "debug");
                 let err_log = env.path(&format!("{ifname}.braid-stderr.log"));
                 let out = run_bounded_files(&mut c, None, Duration::from_secs(30), &log, &err_log);
                 g.err_log = Some(err_log);
@@ -515,7 +534,9 @@ impl<'a> BraidUp<'a> {
             }
             BraidMode::Foreground => {
                 let mut c = ns.cmd(BRAID);
-                c.args(["up", "--foreground", &conf_s])
+                c.args(["up", "--foreground"])
+                    .args(up_args)
+                    .arg(&conf_s)
                     .env("RUST_LOG", "debug");
                 let mut child = ChildGuard::spawn(c, &format!("braid {ifname}"), &log).or_panic();
                 let sock = sock_path(ifname);

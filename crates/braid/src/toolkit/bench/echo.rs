@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant, SystemTime};
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench echo [--interval D] [--count N] [--deadline D] [--wait D] TARGET
 
 Sends N ICMP echo requests to TARGET (IPv4 or IPv6), one every D, and

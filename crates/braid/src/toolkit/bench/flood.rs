@@ -24,7 +24,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use x25519_dalek::StaticSecret;
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench handshake-flood --target ADDR:PORT --public KEY
            --source IP [--sources N] [--seconds S] [--rate PPS]
            [--replay HEX] [--interface NAME] [--pid PID] [--json]

@@ -26,7 +26,7 @@ use report::{OpensslRow, Results, Row};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench crypto [--quick] [--json] [--seconds S] [--no-openssl]
 
 Throughput of the data-path AEAD (ring, in place, 16-byte tag, WireGuard

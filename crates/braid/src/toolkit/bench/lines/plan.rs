@@ -32,6 +32,10 @@ pub(super) struct Opts {
     pub(super) rows: Vec<String>,
     /// Rounds of section 5 (interleaved; the tables show medians).
     pub(super) unequal_runs: usize,
+    /// `--plot FILE.svg`.
+    pub(super) plot: Option<std::path::PathBuf>,
+    /// `--realtime`: SCHED_RR for the bench and what it starts.
+    pub(super) realtime: bool,
 }
 
 /// A line profile of the seed's table.

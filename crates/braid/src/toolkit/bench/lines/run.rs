@@ -5,9 +5,10 @@
 use super::plan::{Case, Measure, Setup, B_PORT, LINES, TUNNEL_A, TUNNEL_B};
 use crate::toolkit::lab::mptcp::{self, MptcpTools, MptcpTunnels};
 use crate::toolkit::lab::{self, iperf, Lab, LabResult, NetemLine};
+use crate::toolkit::plot::{sample, Mark, MarkKind, Panel, Series};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What one case measured.
 pub(super) struct Outcome {
@@ -16,6 +17,16 @@ pub(super) struct Outcome {
     pub(super) counters: Value,
     pub(super) show: String,
     pub(super) wall: f64,
+    /// The transfer per second (with `--plot`).
+    pub(super) panel: Option<Panel>,
+}
+
+/// What a transfer looked like second by second, for `--plot`.
+pub(super) struct Trace {
+    lines: sample::LineRates,
+    marks: Vec<Mark>,
+    start_unix_ms: u64,
+    total: Vec<(f64, f64)>,
 }
 
 pub(super) struct Bench {
@@ -28,6 +39,9 @@ pub(super) struct Bench {
     /// What the MPTCP anchor needs, looked for at its first case (`Err`:
     /// why it cannot be measured).
     pub(super) mptcp_tools: Option<Result<MptcpTools, String>>,
+    /// `--plot`: every transfer is traced.
+    pub(super) plot: bool,
+    pub(super) trace: Option<Trace>,
 }
 
 /// Where a transfer goes and how: iperf3's server address, and whether
@@ -38,7 +52,7 @@ pub(super) struct Transfer<'a> {
 }
 
 impl Bench {
-    pub(super) fn new() -> LabResult<Bench> {
+    pub(super) fn new(plot: bool) -> LabResult<Bench> {
         let mut lab = Lab::new("l")?;
         let (if_a, if_b) = (lab.name("a"), lab.name("b"));
         let ns_a = lab.netns("a")?;
@@ -57,6 +71,8 @@ impl Bench {
             if_b,
             keys: (lab::keypair(), lab::keypair()),
             mptcp_tools: None,
+            plot,
+            trace: None,
         })
     }
 
@@ -250,6 +266,14 @@ impl Bench {
                 }
             };
             let start = Instant::now();
+            let names: Vec<&str> = LINES.iter().take(netems.len()).map(|l| l.0).collect();
+            let mut trace = self.plot.then(|| Trace {
+                lines: sample::LineRates::new(&names, start),
+                marks: Vec::new(),
+                start_unix_ms: unix_ms(SystemTime::now()),
+                total: Vec::new(),
+            });
+            let relays: Vec<&NetemLine> = netems.iter().collect();
             let limit = Duration::from_secs(u64::from(seconds) + 30);
             let mut next = 0;
             let mut failure = None;
@@ -271,9 +295,15 @@ impl Bench {
                         subflows = t.subflows(iperf::PORT);
                     }
                 }
+                if let Some(t) = trace.as_mut() {
+                    t.lines.poll(Instant::now(), &relays);
+                }
                 if let Some(&(at, line, cmd)) = actions.get(next) {
                     if start.elapsed().as_secs_f64() >= at {
                         next += 1;
+                        if let Some(t) = trace.as_mut() {
+                            t.marks.push(action_mark(start, line, cmd));
+                        }
                         match netems[line].control(cmd) {
                             Ok(reply) if reply.to_lowercase().contains("error") => {
                                 failure = Some(format!("netem {cmd}: {reply}"));
@@ -309,7 +339,15 @@ impl Bench {
                     continue;
                 }
                 Some(err) => return Err(format!("iperf3: {err}")),
-                None => return Ok((v, subflows)),
+                None => {
+                    if let Some(mut t) = trace {
+                        t.total = iperf::Report::from_json(v.clone())
+                            .map(|r| sample::interval_points(&r.receiver_intervals))
+                            .unwrap_or_default();
+                        self.trace = Some(t);
+                    }
+                    return Ok((v, subflows));
+                }
             }
         }
         Err(last_err)
@@ -330,6 +368,7 @@ impl Bench {
             mptcp: None,
         };
         let result = self.transfer(case, &to, &netems).map(|(v, _)| v);
+        let panel = self.panel(case, true);
         let (mut counters, mut show) = self.counters();
         let relays = relay_stats(&netems, &mut show);
         check_rates(case, &relays, &mut notes);
@@ -343,7 +382,54 @@ impl Bench {
             counters,
             show,
             wall: started.elapsed().as_secs_f64(),
+            panel,
         }
+    }
+
+    /// The panel of the transfer just traced (`None` without `--plot`):
+    /// each line's relay, iperf3's receiver, the cuts and rate changes
+    /// sent, and, where braid ran, when side A saw a line go down or up.
+    fn panel(&mut self, case: &Case, braid: bool) -> Option<Panel> {
+        let t = self.trace.take()?;
+        let mut marks = t.marks;
+        if braid {
+            let events = self
+                .lab
+                .braid_show(&self.ns_a, &self.if_a, true)
+                .ok()
+                .and_then(|j| crate::uapi::snapshot_from_json(&j).ok())
+                .map(|s| s.events)
+                .unwrap_or_default();
+            marks.extend(sample::event_marks(
+                &events,
+                t.start_unix_ms,
+                f64::from(case.seconds) + 1.0,
+            ));
+        }
+        marks.sort_by(|a, b| a.at.total_cmp(&b.at));
+        let mut series = t.lines.series();
+        for (s, flags) in series.iter_mut().zip(&case.setup.lines) {
+            let shown: Vec<&str> = flags
+                .split(|f| f == "--seed")
+                .next()
+                .unwrap_or_default()
+                .iter()
+                .map(String::as_str)
+                .collect();
+            if !shown.is_empty() {
+                s.label = format!("{} ({})", s.label, shown.join(" "));
+            }
+        }
+        series.push(Series {
+            label: "total arrived (iperf3)".into(),
+            points: t.total,
+            total: true,
+        });
+        Some(Panel {
+            title: case.label.clone(),
+            series,
+            marks,
+        })
     }
 
     /// The case's iperf3 run (TCP or UDP) with its relay commands, and
@@ -357,7 +443,11 @@ impl Bench {
         let t = case.seconds.to_string();
         match &case.measure {
             Measure::Tcp { window, cc } => {
-                let args = tcp_args(case.seconds, *window, *cc, &case.extra);
+                let mut args = tcp_args(case.seconds, *window, *cc, &case.extra);
+                if self.plot && !args.iter().any(|a| a == "--get-server-output") {
+                    // What arrived per second, counted where it arrived.
+                    args.push("--get-server-output".into());
+                }
                 let actions: Vec<(f64, usize, &str)> = case
                     .extra
                     .actions
@@ -368,10 +458,13 @@ impl Bench {
                 Ok((tcp_summary(&v, case.extra.tail_from)?, subflows))
             }
             Measure::Udp { rate, len, cut } => {
-                let args: Vec<String> = ["-u", "-b", rate, "-l", &len.to_string(), "-t", &t]
+                let mut args: Vec<String> = ["-u", "-b", rate, "-l", &len.to_string(), "-t", &t]
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
+                if self.plot {
+                    args.push("--get-server-output".into());
+                }
                 let actions: Vec<(f64, usize, &str)> = cut
                     .map(|(c, r)| vec![(c, 0, "cut"), (r, 0, "restore")])
                     .unwrap_or_default();
@@ -421,6 +514,7 @@ impl Bench {
             }
         };
         let result = self.mptcp_transfer(case, &tunnels, &netems, &tools);
+        let panel = self.panel(case, false);
         let mut show = String::new();
         let relays = relay_stats(&netems, &mut show);
         check_rates(case, &relays, &mut notes);
@@ -451,6 +545,7 @@ impl Bench {
             counters: json!({ "netem": relays }),
             show,
             wall: started.elapsed().as_secs_f64(),
+            panel,
         }
     }
 
@@ -495,6 +590,31 @@ fn failed(e: String, notes: Vec<String>, started: Instant) -> Outcome {
         counters: Value::Null,
         show: String::new(),
         wall: started.elapsed().as_secs_f64(),
+        panel: None,
+    }
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A relay command sent during a transfer, as a mark on its plot.
+fn action_mark(start: Instant, line: usize, cmd: &str) -> Mark {
+    let kind = match cmd {
+        "cut" => MarkKind::Cut,
+        "restore" => MarkKind::Restore,
+        _ => MarkKind::Rate,
+    };
+    let label = match kind {
+        MarkKind::Cut => format!("line{} cut", line + 1),
+        MarkKind::Restore => format!("line{} restored", line + 1),
+        _ => format!("line{}: {cmd}", line + 1),
+    };
+    Mark {
+        at: start.elapsed().as_secs_f64(),
+        kind,
+        label,
     }
 }
 

@@ -146,6 +146,8 @@ fn quick_and_congestion_control_options() {
     assert_eq!(cases[6].key, best_key("fast", "cubic"));
     assert_eq!(cases[6].run, 1);
     assert!(cases[17].label.contains("run 3/3"), "{}", cases[17].label);
+    assert!(!o.realtime);
+    assert!(opts("--only unequal --realtime").realtime);
     for bad in [
         "--unequal-runs 0",
         "--cc",
@@ -265,6 +267,7 @@ fn outcome(result: Result<Value, String>) -> Outcome {
         counters: Value::Null,
         show: String::new(),
         wall: 0.0,
+        panel: None,
     }
 }
 
@@ -409,4 +412,20 @@ fn a_rate_change_that_did_not_happen_is_noted() {
         notes[0].contains("line 1") && notes[0].contains("10mbit"),
         "{notes:?}"
     );
+}
+
+#[test]
+fn plot_takes_an_svg_in_a_directory_that_exists() {
+    assert_eq!(
+        opts("--quick --plot /tmp/lines.svg").plot,
+        Some(std::path::PathBuf::from("/tmp/lines.svg"))
+    );
+    assert_eq!(opts("--quick").plot, None);
+    let argv = |s: &str| -> Vec<String> { s.split_whitespace().map(str::to_string).collect() };
+    let e = super::parse(&argv("--plot lines.png")).err().unwrap();
+    assert!(e.contains("--plot: \"lines.png\" must end in .svg"), "{e}");
+    let e = super::parse(&argv("--plot /nonexistent/dir/x.svg"))
+        .err()
+        .unwrap();
+    assert!(e.contains("does not exist"), "{e}");
 }

@@ -21,7 +21,7 @@ use super::args::Args;
 use measure::{delay_run, forwarding_run, median, pct, Opts};
 use serde_json::json;
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench netem [--seconds 3] [--runs 3] [--size 1400] [--rate 50000] [--json]
 
 Measures `braid netem` on this machine: forwarding rate without impairment

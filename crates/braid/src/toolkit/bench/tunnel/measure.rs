@@ -79,6 +79,9 @@ pub struct Transfer {
     pub system_cpu_s: f64,
     /// Ping RTTs (ms) while it ran, when asked for.
     pub pings: Option<PingSample>,
+    /// Mbit/s per second by iperf3's intervals (the client's: the sender
+    /// for A→B, the receiver for -R), for `--plot`.
+    pub per_second: Vec<(f64, f64)>,
 }
 
 pub struct PingSample {
@@ -207,6 +210,7 @@ impl Path<'_> {
             vpn_cpu_s,
             system_cpu_s: system_after? - system_before,
             pings,
+            per_second: crate::toolkit::plot::sample::interval_points(&report.receiver_intervals),
         })
     }
 

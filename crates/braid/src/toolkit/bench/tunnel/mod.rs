@@ -28,11 +28,11 @@ use measure::Progress;
 use plan::Opts;
 use vpn::{Cipher, VpnKind};
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
                           [--seconds N] [--rounds R] [--netem \"FLAGS\"]
                           [--paths 1|2] [--transport udp|tcp] [--loss PCT]
-                          [--quick] [--json] [--label TEXT]
+                          [--quick] [--json] [--label TEXT] [--plot FILE.svg]
 
 Measures one VPN between two network namespaces joined by veth: iperf3 one
 TCP stream, four streams and one reverse stream (Gbit/s), ICMP echo every
@@ -62,6 +62,10 @@ table (or --json) on stdout.
   --quick           short runs, for tests
   --json            one JSON object: per-round numbers, medians, min, max
   --label TEXT      the case's name in the progress line and the output
+  --plot FILE.svg   also draw Mbit/s per second of every transfer
+                    (iperf3's intervals: the sender's count for A→B, the
+                    receiver's for -R), a panel per kind of transfer, a
+                    line per round
 
 Needs root, ip, iperf3, ping, and the VPN's own tools.
 ";
@@ -79,6 +83,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         quick: false,
         json: false,
         label: None,
+        plot: None,
     };
     let (mut seconds, mut rounds) = (None, None);
     let mut args = Args::new(argv);
@@ -93,6 +98,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             "--rounds" => rounds = Some(args.number(a, 1..=50)?),
             "--netem" => o.netem = Some(args.value(a)?),
             "--label" => o.label = Some(args.value(a)?),
+            "--plot" => o.plot = Some(crate::toolkit::plot::parse_target(a, &args.value(a)?)?),
             "--paths" => o.paths = args.number(a, 1..=2)?,
             "--transport" => {
                 o.transport_tcp = match args.value(a)?.as_str() {

@@ -25,6 +25,8 @@ pub(super) struct Opts {
     pub(super) quick: bool,
     pub(super) json: bool,
     pub(super) label: Option<String>,
+    /// `--plot FILE.svg`.
+    pub(super) plot: Option<std::path::PathBuf>,
 }
 
 impl Opts {

@@ -7,6 +7,7 @@ use super::underlay_loss;
 use super::vpn::{self, Net, VpnKind};
 use crate::toolkit::bench::crypto;
 use crate::toolkit::lab::{self, Lab, LabResult};
+use crate::toolkit::plot::{self, Panel, Series};
 use serde_json::json;
 use std::time::Instant;
 
@@ -14,13 +15,25 @@ pub(super) fn per_gb(seconds: Option<f64>, bytes: f64) -> Option<f64> {
     seconds.filter(|_| bytes > 0.0).map(|s| s / (bytes / 1e9))
 }
 
+/// The transfers of a round, in order, as `--plot` names them.
+pub(super) const TRANSFERS: [&str; 3] = [
+    "one TCP stream A→B (with ping)",
+    "4 TCP streams A→B",
+    "one TCP stream B→A (-R)",
+];
+
+/// Mbit/s at seconds since a transfer started.
+pub(super) type PerSecond = Vec<(f64, f64)>;
+
+/// One round's numbers, and each transfer's Mbit/s per second (in the
+/// order of [`TRANSFERS`]).
 pub(super) fn round(
     path: &mut Path,
     o: &Opts,
     aead_s_per_gb: Option<f64>,
     progress: &mut Progress,
     n: usize,
-) -> LabResult<Round> {
+) -> LabResult<(Round, [PerSecond; 3])> {
     let at = (n, o.rounds);
     let single: Transfer = path.transfer(&[], true, progress, at, "1 stream + ping")?;
     let parallel = path.transfer(&["-P", "4"], false, progress, at, "4 streams")?;
@@ -56,7 +69,8 @@ pub(super) fn round(
         "ping_loaded_sent": loaded.sent,
         "ping_loaded_received": loaded.rtts_ms.len(),
     });
-    Ok(Round { metrics, details })
+    let per_second = [single.per_second, parallel.per_second, reverse.per_second];
+    Ok((Round { metrics, details }, per_second))
 }
 
 pub(super) fn check_tools(vpn: &VpnKind) -> Result<(), String> {
@@ -153,6 +167,13 @@ pub(super) fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report
     let tunnel = vpn::bring_up(&mut lab, &o.vpn, o.cipher, &net)?;
     let namespaces = lab.namespaces().to_vec();
     let mut rounds = Vec::new();
+    let mut panels: Vec<Panel> = TRANSFERS
+        .iter()
+        .map(|t| Panel {
+            title: format!("{}: {t}", o.label()),
+            ..Panel::default()
+        })
+        .collect();
     for n in 1..=o.rounds {
         lab::check_stop()?;
         let mut path = Path {
@@ -163,7 +184,14 @@ pub(super) fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report
             seconds: o.seconds,
             pids: &tunnel.pids,
         };
-        let r = round(&mut path, o, aead_s_per_gb, progress, n)?;
+        let (r, per_second) = round(&mut path, o, aead_s_per_gb, progress, n)?;
+        for (panel, points) in panels.iter_mut().zip(per_second) {
+            panel.series.push(Series {
+                label: format!("round {n}"),
+                points,
+                total: o.rounds == 1,
+            });
+        }
         progress.line(&format!(
             "round {n}/{}: {} / {} / {} Gbit/s (1 / 4 / reverse), {} CPU-s/GB, ping {} / {} ms (idle p50 / loaded p99)",
             o.rounds,
@@ -178,6 +206,10 @@ pub(super) fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report
     }
     if let Some(line) = netem_line {
         lab.stop(line.id, &line.log);
+    }
+    if let Some(file) = &o.plot {
+        plot::write_svg(file, "braid bench tunnel", &panels)?;
+        progress.line(&format!("plot: {}", file.display()));
     }
     Ok(Report {
         label: o.label(),
