@@ -173,7 +173,8 @@ impl Relay {
         // SAFETY: prctl with PR_SET_TIMERSLACK takes plain integers.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
         if cfg.realtime {
-            braid_io::realtime_this_thread(10).map_err(|e| format!("--realtime: {e}"))?;
+            braid_io::realtime_this_thread(libc::SCHED_FIFO, 10)
+                .map_err(|e| format!("--realtime: {e}"))?;
         }
         let listen = UdpSocket::bind_addr(cfg.listen)
             .map_err(|e| format!("--listen {}: {e}", cfg.listen))?;

@@ -145,7 +145,7 @@ pub(super) fn sender(
             // Paced (delay test): nothing may preempt us between taking
             // the timestamp and handing the datagrams to the kernel.
             // Failing only makes the numbers noisier.
-            let _ = braid_io::realtime_this_thread(10);
+            let _ = braid_io::realtime_this_thread(libc::SCHED_FIFO, 10);
         }
         let per = pace.map_or(GEN_BATCH, |(_, n)| n.min(GEN_BATCH));
         let mut bufs: Vec<Vec<u8>> = (0..per).map(|_| vec![0xa5u8; size]).collect();
