@@ -13,6 +13,7 @@ pub mod steer;
 pub mod config;
 pub mod datagram_no_session;
 pub mod datagram_with_session;
+pub mod fragments;
 pub mod handshake;
 pub mod mss_clamp;
 pub mod offload;
@@ -35,6 +36,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("uapi", uapi::run),
     ("mss_clamp", mss_clamp::run),
     ("offload", offload::run),
+    ("fragments", fragments::run),
 ];
 
 #[cfg(test)]

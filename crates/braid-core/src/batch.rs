@@ -18,7 +18,7 @@
 //! handshake message, a dropped packet) has `len == 0` and is skipped on
 //! output.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
 /// Bytes kept free in front of an IP packet read from the TUN so it can be
 /// turned into a WireGuard data message in place (type, receiver, counter).
@@ -28,6 +28,25 @@ pub const HEADROOM: usize = 16;
 /// to a multiple of 16.
 pub const TAILROOM: usize = 16 + 15;
 
+/// Our end of a datagram: the local address it arrived at (and the
+/// interface), or the one it is to leave from. A reply leaves from where
+/// the peer wrote to, as in Linux WireGuard and wireguard-go ("sticky
+/// sockets"); `ip: None` lets the routing table pick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LocalAddr {
+    pub ip: Option<IpAddr>,
+    /// The interface it arrived on (0: unknown); needed to leave from an
+    /// IPv6 link-local address.
+    pub ifindex: u32,
+}
+
+impl LocalAddr {
+    pub const NONE: LocalAddr = LocalAddr {
+        ip: None,
+        ifindex: 0,
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Slot {
     offset: usize,
@@ -35,6 +54,7 @@ struct Slot {
     addr: SocketAddr,
     /// Which local line (socket) sends it or received it; 0 is the main one.
     line: u16,
+    local: LocalAddr,
 }
 
 const UNSPECIFIED: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
@@ -44,6 +64,7 @@ const EMPTY_SLOT: Slot = Slot {
     len: 0,
     addr: UNSPECIFIED,
     line: 0,
+    local: LocalAddr::NONE,
 };
 
 /// Extra destinations a slot's bytes go to (redundant multipath sends the
@@ -56,6 +77,7 @@ pub struct Copy {
     pub slot: usize,
     pub line: u16,
     pub addr: SocketAddr,
+    pub local: LocalAddr,
 }
 
 /// The huge-page size large arenas are aligned to (x86-64 and arm64 with
@@ -160,7 +182,9 @@ impl PacketBatch {
         (&mut self.data[start..start + self.stride], s.offset, s.len)
     }
 
-    /// Declares what slot `i` holds (on line 0 unless `set_line` says otherwise).
+    /// Declares what slot `i` holds (on line 0 unless `set_line` says
+    /// otherwise, from no particular local address unless `set_local` says
+    /// otherwise).
     pub fn set_packet(&mut self, i: usize, offset: usize, len: usize, addr: SocketAddr) {
         // Written so that it cannot wrap: `offset + len` could, and then
         // pass the check in a release build.
@@ -170,7 +194,28 @@ impl PacketBatch {
             len,
             addr,
             line: 0,
+            local: LocalAddr::NONE,
         };
+    }
+
+    /// The local address slot `i`'s datagram arrived at or leaves from.
+    pub fn local(&self, i: usize) -> LocalAddr {
+        self.slots[i].local
+    }
+
+    pub fn set_local(&mut self, i: usize, local: LocalAddr) {
+        self.slots[i].local = local;
+    }
+
+    /// Sets the local address of every datagram in use and of every copy
+    /// to what `source` says for its (line, destination).
+    pub fn set_locals(&mut self, mut source: impl FnMut(u16, SocketAddr) -> LocalAddr) {
+        for s in self.slots[..self.len].iter_mut().filter(|s| s.len > 0) {
+            s.local = source(s.line, s.addr);
+        }
+        for c in &mut self.copies {
+            c.local = source(c.line, c.addr);
+        }
     }
 
     pub fn line(&self, i: usize) -> u16 {
@@ -191,6 +236,7 @@ impl PacketBatch {
             slot: i,
             line,
             addr,
+            local: LocalAddr::NONE,
         });
         true
     }

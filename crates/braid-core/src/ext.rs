@@ -33,6 +33,11 @@
 //!   2^32 did). Bit `i` of `repairs`: the sender re-sends what its path
 //!   `i` loses, when asked (see `repair`); a gap no such path carried is
 //!   not worth asking for.
+//! - `Filler { path }`: padding sent back to back between two probes on a
+//!   line that carries little (a probe train, see `path::estimate`): the
+//!   receiver counts its bytes as delivered on that path, so the echo of
+//!   the second probe says how fast the line drained the train. Zero-padded
+//!   to any length from 2 bytes.
 
 pub const MAX_PAYLOAD: usize = 48;
 /// The nonce prefix that separates extension messages from data messages.
@@ -44,6 +49,9 @@ pub const HELLO_OFFERS_AES: u8 = 1;
 /// Hello flag: the sender can open LZ4-compressed packets on this session
 /// (`Compression = lz4`, see `compress`).
 pub const HELLO_OFFERS_LZ4: u8 = 2;
+/// Hello flag: the sender joins packets split into fragments (see
+/// `fragment`); braid offers it whenever its extensions are on.
+pub const HELLO_OFFERS_FRAGMENTS: u8 = 4;
 
 const KIND_HELLO: u8 = 1;
 const KIND_PROBE: u8 = 2;
@@ -53,14 +61,18 @@ const KIND_PMTU_ACK: u8 = 5;
 const KIND_REPAIR: u8 = 6;
 const REPAIR_LEN: usize = 1 + 8 + 2;
 const KIND_SENT: u8 = 7;
+const KIND_FILLER: u8 = 8;
+/// A filler's fields: kind, path.
+pub const FILLER_HEAD_LEN: usize = 2;
 /// A `Sent` message's fixed part: kind, path count, `repairs`, `next`.
 const SENT_HEAD_LEN: usize = 1 + 1 + 1 + 8;
 
 pub use crate::path::Delivery;
 use crate::path::MAX_PATHS;
 
-/// The largest padded payload (a PMTU probe for a jumbo-frame line).
-pub const MAX_PADDED_PAYLOAD: usize = 9216;
+/// The largest padded payload: a PMTU probe of the largest size searched
+/// (its datagram then is the largest UDP payload there is).
+pub const MAX_PADDED_PAYLOAD: usize = crate::pmtud::MAX_PLPMTU;
 /// A PMTU probe's or ack's fields: kind, path, seq, size.
 pub const PMTU_LEN: usize = 1 + 1 + 4 + 2;
 
@@ -73,6 +85,7 @@ pub enum ExtMessage {
     PmtuAck(PmtuBody),
     Repair { from: u64, count: u16 },
     Sent(SentBody),
+    Filler { path: u8 },
 }
 
 /// See `Sent` in the module's documentation.
@@ -196,6 +209,10 @@ impl ExtMessage {
                 out[9..11].copy_from_slice(&count.to_le_bytes());
                 REPAIR_LEN
             }
+            ExtMessage::Filler { path } => {
+                out[..FILLER_HEAD_LEN].copy_from_slice(&[KIND_FILLER, path]);
+                FILLER_HEAD_LEN
+            }
             ExtMessage::Sent(b) => {
                 let n = usize::from(b.paths).min(MAX_PATHS);
                 out[0] = KIND_SENT;
@@ -255,6 +272,9 @@ impl ExtMessage {
                 from: u64::from_le_bytes(payload[1..9].try_into().ok()?),
                 count: u16::from_le_bytes(payload[9..11].try_into().ok()?),
             }),
+            (&KIND_FILLER, n) if n >= FILLER_HEAD_LEN => {
+                Some(ExtMessage::Filler { path: payload[1] })
+            }
             (&KIND_SENT, n) if n >= SENT_HEAD_LEN => {
                 let paths = payload[1];
                 if usize::from(paths) > MAX_PATHS || n != SENT_HEAD_LEN + 4 * usize::from(paths) {
@@ -359,6 +379,18 @@ mod tests {
         assert_eq!(ExtMessage::decode(&sent), None);
         sent[1] = 1;
         assert_eq!(ExtMessage::decode(&sent[..SENT_HEAD_LEN + 8]), None);
+    }
+
+    #[test]
+    fn a_filler_is_any_length_from_its_fields() {
+        let mut buf = [0u8; MAX_PAYLOAD];
+        let m = ExtMessage::Filler { path: 3 };
+        let n = m.encode(&mut buf);
+        assert_eq!(n, FILLER_HEAD_LEN);
+        for len in [n, n + 1, MAX_PAYLOAD] {
+            assert_eq!(ExtMessage::decode(&buf[..len]), Some(m));
+        }
+        assert_eq!(ExtMessage::decode(&buf[..1]), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod cookie;
 pub mod crypto;
 pub mod device;
 pub mod ext;
+pub mod fragment;
 pub mod icmp;
 pub mod ip;
 pub mod messages;

@@ -62,6 +62,12 @@ pub struct PeerCounters {
     /// Compressed packets refused: not agreed, or not a valid block
     /// within the MTU.
     pub decompress_failed: u64,
+    /// Packets sent split into fragments (their line carries less), and
+    /// those fragments.
+    pub fragmented_tx: u64,
+    pub fragments_tx: u64,
+    /// Packets joined from the peer's fragments.
+    pub joined_rx: u64,
 }
 
 pub struct Peer {
@@ -103,6 +109,18 @@ pub struct Peer {
     /// The local index of the session on which the peer offered to open
     /// LZ4-compressed packets (in its hello).
     pub lz4_session: Option<u32>,
+    /// The local index of the session on which the peer offered to join
+    /// fragments (in its hello).
+    pub fragment_session: Option<u32>,
+    /// The largest plaintext one data message to this peer may carry,
+    /// when a line was seen to carry less than the packets sent to it and
+    /// the peer joins fragments: longer packets go in pieces (see
+    /// [`Device::refresh_path_mtus`](crate::device::Device::refresh_path_mtus)).
+    pub fragment_payload: Option<usize>,
+    /// The id of the next packet sent in fragments.
+    pub next_fragment_id: u32,
+    /// The peer's packets being joined from their fragments.
+    pub reassembly: crate::fragment::Reassembly,
     pub persistent_keepalive: u16,
     pub cookie: CookieState,
     pub keypairs: Keypairs,
@@ -159,6 +177,16 @@ impl Peer {
         }
     }
 
+    /// Whether the peer joins fragments on the session data goes out in now.
+    pub fn joins_fragments(&self) -> bool {
+        self.fragment_session.is_some_and(|s| {
+            self.keypairs
+                .current
+                .as_ref()
+                .is_some_and(|k| k.local_index == s)
+        })
+    }
+
     /// Whether the peer runs braid's extensions: one of its extension
     /// messages arrived in a session we still have (next, current or
     /// previous). A braid peer says hello in every new session, so a rekey
@@ -194,6 +222,10 @@ impl Peer {
             rate_limit: None,
             compression: None,
             lz4_session: None,
+            fragment_session: None,
+            fragment_payload: None,
+            next_fragment_id: 0,
+            reassembly: crate::fragment::Reassembly::default(),
             persistent_keepalive: 0,
             cookie: CookieState::new(&public),
             keypairs: Keypairs::default(),
@@ -219,12 +251,16 @@ impl Peer {
         self.remote.public
     }
 
-    /// What `wg show` calls the endpoint: the first live path's remote
-    /// address, else the primary path's.
+    /// What `wg show` calls the endpoint: the first live configured path's
+    /// remote address, else the newest live learned one's (where the peer
+    /// was heard from last: it roamed there), else the primary path's.
     pub fn endpoint(&self) -> Option<SocketAddr> {
+        let live = |p: &&Path| p.is_up();
         self.paths
             .iter()
-            .find(|p| p.is_up())
+            .filter(|p| p.configured)
+            .find(live)
+            .or_else(|| self.paths.iter().rev().filter(|p| !p.configured).find(live))
             .or(self.paths.first())
             .map(|p| p.remote)
     }
@@ -256,9 +292,28 @@ impl Peer {
             .position(|p| p.line == line && p.remote == remote)
     }
 
+    /// The live configured path on `line` when a braid peer's datagram from
+    /// `remote` comes from none of its paths: the peer still sends to where
+    /// we were (we changed the endpoint, or our address) while the path the
+    /// user gave works. Such a stranger is not learned and its probes are
+    /// not answered, so the peer's path there dies instead of both sides
+    /// keeping each other's stale path alive; a configured path that does
+    /// not work gives way to a learned one (a peer behind a NAT, or one
+    /// that moved).
+    pub fn stranger_on(&self, line: u16, remote: SocketAddr) -> Option<usize> {
+        if !self.speaks_braid() || self.find_path(line, remote).is_some() {
+            return None;
+        }
+        self.paths
+            .iter()
+            .position(|p| p.configured && p.line == line && p.is_up())
+    }
+
     /// An authenticated datagram arrived from `remote` on `line`: account it
     /// to its path, learning the path (braid peers) or roaming the primary
-    /// path (stock WireGuard peers, as WireGuard does). Returns the path.
+    /// path (stock WireGuard peers, as WireGuard does). Returns the path
+    /// (for a stranger, see [`stranger_on`](Self::stranger_on), the
+    /// configured path on its line, which it does not keep alive).
     pub fn authenticated_rx(
         &mut self,
         now: Instant,
@@ -266,6 +321,9 @@ impl Peer {
         remote: SocketAddr,
         bytes: usize,
     ) -> usize {
+        if let Some(configured) = self.stranger_on(line, remote) {
+            return configured;
+        }
         let idx = match self.find_path(line, remote) {
             Some(i) => i,
             None if self.speaks_braid() || self.paths.is_empty() => {

@@ -31,11 +31,20 @@ pub const UDP_IPV6_OVERHEAD: usize = 8 + 40;
 /// The smallest tunnel MTU braid falls back to: IPv6's minimum link MTU,
 /// so the tunnel can always carry IPv6.
 pub const MIN_PLPMTU: usize = 1280;
+/// The smallest size searched for a peer that joins fragments (see
+/// `set_floor`): the least a fragment's data message carries.
+pub const MIN_FRAGMENTED: usize = crate::fragment::MIN_PAYLOAD;
 /// Where the search starts: WireGuard's default tunnel MTU (a 1500-byte
 /// line minus the 80 bytes of IPv6 + UDP + WireGuard).
 pub const BASE_PLPMTU: usize = 1420;
-/// The largest tunnel MTU searched for (a 9000-byte jumbo frame line).
-pub const MAX_PLPMTU: usize = 9000 - UDP_IPV4_OVERHEAD - WG_OVERHEAD;
+/// The largest UDP payload there is: an IP packet is at most 65 535 bytes
+/// (IPv4 counts its header in that, IPv6 only its payload; both are held
+/// to the IPv4 figure, so one limit serves either family).
+pub const MAX_UDP_PAYLOAD: usize = 65535 - UDP_IPV4_OVERHEAD;
+/// The largest tunnel MTU searched for: the largest inner packet one UDP
+/// datagram carries (65 475; a line of that MTU is loopback's, or a
+/// jumbo one beyond 9000).
+pub const MAX_PLPMTU: usize = MAX_UDP_PAYLOAD - WG_OVERHEAD;
 /// Unanswered probes in a row after which a size counts as not fitting.
 pub const MAX_PROBES: u8 = 3;
 /// How long a probe waits for its acknowledgement, at least and at most
@@ -113,11 +122,20 @@ pub struct Pmtud {
     state: PmtuState,
     /// What data may use now.
     plpmtu: usize,
-    /// The largest size this path's line could carry (from its local MTU).
+    /// The largest size this path's line could carry (from its local MTU,
+    /// capped by the largest worth searching), as given, and as searched:
+    /// clamped to `floor..=MAX_PLPMTU`.
+    line_max: usize,
+    /// Whether `line_max` came from the line (`set_max`), not from the
+    /// assumption `new` starts with.
+    line_told: bool,
     max: usize,
+    /// The smallest size searched for and carried: `MIN_PLPMTU`, or less
+    /// for a peer that joins fragments (`set_floor`).
+    floor: usize,
     /// Largest size known to fit, and smallest known not to (`max + 1`
     /// when nothing above `low` failed). Every size here lies within
-    /// `MIN_PLPMTU..=MAX_PLPMTU + 1` (`max` is clamped), so sums of them
+    /// `floor..=MAX_PLPMTU + 1` (`max` is clamped), so sums of them
     /// cannot overflow.
     low: usize,
     high: usize,
@@ -138,12 +156,15 @@ pub struct Pmtud {
 impl Pmtud {
     /// `max`: the largest inner size the local line allows (see
     /// [`max_for_link`]).
-    pub fn new(max: usize) -> Pmtud {
-        let max = max.clamp(MIN_PLPMTU, MAX_PLPMTU);
+    pub fn new(line_max: usize) -> Pmtud {
+        let max = line_max.clamp(MIN_PLPMTU, MAX_PLPMTU);
         Pmtud {
             state: PmtuState::Disabled,
             plpmtu: BASE_PLPMTU.min(max),
+            line_max,
+            line_told: false,
             max,
+            floor: MIN_PLPMTU,
             low: MIN_PLPMTU,
             high: max + 1,
             outstanding: None,
@@ -169,6 +190,52 @@ impl Pmtud {
         self.max
     }
 
+    /// The largest size the local line allows, below the floor too (a
+    /// stock WireGuard peer's packets are held to it); `None` until the
+    /// line's MTU was looked up (`set_max`).
+    pub fn line_max(&self) -> Option<usize> {
+        self.line_told.then_some(self.line_max)
+    }
+
+    /// Lets the search go below `MIN_PLPMTU`, down to `floor` (at least
+    /// [`MIN_FRAGMENTED`]): the peer joins fragments, so a line that
+    /// cannot carry 1280 bytes still carries the tunnel's packets in
+    /// pieces, as big as the line allows. Raising it again is not done
+    /// (a peer that joined fragments in one session does in the next).
+    pub fn set_floor(&mut self, now: Instant, floor: usize) {
+        let floor = floor.clamp(MIN_FRAGMENTED, MIN_PLPMTU);
+        if floor >= self.floor {
+            return;
+        }
+        self.floor = floor;
+        if matches!(
+            self.state,
+            PmtuState::Disabled | PmtuState::Base | PmtuState::Error
+        ) {
+            self.low = self.low.min(floor);
+        }
+        if self.state == PmtuState::Error {
+            // It carried the old floor, which did not fit.
+            self.plpmtu = self.plpmtu.min(floor);
+        }
+        // A line below the old floor is the ceiling now; what failed above
+        // it stays known.
+        let max = self.line_max.clamp(floor, MAX_PLPMTU);
+        if max < self.max {
+            self.max = max;
+            self.plpmtu = self.plpmtu.min(max);
+            self.low = self.low.min(max);
+            self.high = self.high.min(max + 1);
+            if self.outstanding.is_some_and(|o| o.size > max) {
+                self.outstanding = None;
+                self.lost_in_row = 0;
+            }
+            if self.state == PmtuState::SearchComplete && self.low < max {
+                self.enter_search(now);
+            }
+        }
+    }
+
     /// (largest size that fit, smallest that did not — `None` when nothing
     /// up to the ceiling failed).
     pub fn bounds(&self) -> (usize, Option<usize>) {
@@ -182,9 +249,12 @@ impl Pmtud {
 
     /// The local line's MTU changed: a new ceiling (a lower one cuts the
     /// current size at once; a higher one is searched for).
-    pub fn set_max(&mut self, now: Instant, max: usize) {
-        let max = max.clamp(MIN_PLPMTU, MAX_PLPMTU);
-        if max == self.max {
+    pub fn set_max(&mut self, now: Instant, line_max: usize) {
+        let max = line_max.clamp(self.floor, MAX_PLPMTU);
+        let unchanged = max == self.max;
+        self.line_max = line_max;
+        self.line_told = true;
+        if unchanged {
             return;
         }
         self.max = max;
@@ -336,9 +406,9 @@ impl Pmtud {
                 // Even WireGuard's default does not fit: carry the minimum
                 // and look for something between it and the base.
                 self.state = PmtuState::Error;
-                self.low = MIN_PLPMTU;
+                self.low = self.floor;
                 self.high = size;
-                self.plpmtu = MIN_PLPMTU;
+                self.plpmtu = self.floor;
                 if self.high <= self.low + 1 {
                     self.complete(now);
                 }
@@ -362,9 +432,9 @@ impl Pmtud {
     /// `size` stopped getting through: carry the minimum at once, then
     /// find what fits from the base (or below it) upwards.
     fn black_hole(&mut self, size: usize) {
-        self.plpmtu = MIN_PLPMTU;
-        self.low = MIN_PLPMTU;
-        self.high = size.max(MIN_PLPMTU + 1);
+        self.plpmtu = self.floor;
+        self.low = self.floor;
+        self.high = size.max(self.floor + 1);
         self.raise_at = None;
         self.state = if size > BASE_PLPMTU.min(self.max) {
             PmtuState::Base
@@ -412,7 +482,11 @@ pub fn max_for_link(link_mtu: usize, ipv6_outer: bool) -> usize {
     } else {
         UDP_IPV4_OVERHEAD
     };
-    link_mtu.saturating_sub(outer + WG_OVERHEAD)
+    // Loopback's 65 536 carries no datagram bigger than UDP allows.
+    link_mtu
+        .saturating_sub(outer)
+        .min(MAX_UDP_PAYLOAD)
+        .saturating_sub(WG_OVERHEAD)
 }
 
 /// How long to wait for a probe's acknowledgement on a path with this

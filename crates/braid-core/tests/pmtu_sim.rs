@@ -149,6 +149,12 @@ fn a_peer_with_a_narrow_path_lowers_only_its_own_packets() {
     net.connect_alike((A, 1), (B, 0), line(None));
     net.connect_alike((A, 2), (C, 0), line(Some(1400)));
     net.flush(A);
+    // Before any search has finished, a fixed MTU limits no peer (a "too
+    // big" answer from a search under way would hold the sender's path
+    // MTU down for minutes).
+    net.run_for(Duration::from_millis(1));
+    net[A].device.refresh_path_mtus(9000, true);
+    assert_eq!(net[A].device.peer(pc).unwrap().mtu_limit, None);
     let settled = |net: &Net| {
         let d = &net[A].device;
         [pb, pc].iter().all(|&pid| {
@@ -165,9 +171,17 @@ fn a_peer_with_a_narrow_path_lowers_only_its_own_packets() {
     assert!(settled(&net), "both searches complete");
     // The smallest (what the interface MTU was before) and the largest.
     assert_eq!(net[A].device.path_mtu_target(1420), 1368);
-    assert_eq!(net[A].device.refresh_path_mtus(1420), 1440);
+    assert_eq!(net[A].device.refresh_path_mtus(1420, false), 1440);
     assert_eq!(net[A].device.peer(pc).unwrap().mtu_limit, Some(1368));
     assert_eq!(net[A].device.peer(pb).unwrap().mtu_limit, None);
+    // With the interface MTU fixed (9000 here) only what a path was seen
+    // not to carry limits its peer: C's line dropped bigger probes; B's
+    // search stopped at its local line's ceiling without a loss (its big
+    // packets go out as fragmented datagrams, as WireGuard's do).
+    assert_eq!(net[A].device.refresh_path_mtus(9000, true), 9000);
+    assert_eq!(net[A].device.peer(pc).unwrap().mtu_limit, Some(1368));
+    assert_eq!(net[A].device.peer(pb).unwrap().mtu_limit, None);
+    assert_eq!(net[A].device.refresh_path_mtus(1420, false), 1440);
     net[A].device.set_mtu(1440);
     net[A].device.set_padding_cap(1440);
 
@@ -187,8 +201,26 @@ fn a_peer_with_a_narrow_path_lowers_only_its_own_packets() {
     let mut to_b = ipv4(net.tun(A), net.tun(B), 17, &[0; 1400]);
     to_b[6] |= 0x40;
     assert_eq!(net.encapsulate(A, &to_b).len(), 1, "sent to B");
-    // Without DF no answer is due: it goes to C as it is (the outer
-    // datagram is fragmented on the way, as WireGuard's are).
-    let plain = ipv4(net.tun(A), net.tun(C), 17, &[0; 1400]);
-    assert_eq!(net.encapsulate(A, &plain).len(), 1);
+    // Without DF no answer is due: C joins fragments (a braid peer), so it
+    // goes in two pieces its line carries, and C gets it whole.
+    let plain = ipv4(net.tun(A), net.tun(C), 17, &[7; 1400]);
+    assert!(net.encapsulate(A, &plain).is_empty(), "staged, then split");
+    let pieces = net.poll_transmit(A);
+    let to_c: Vec<usize> = pieces
+        .iter()
+        .filter(|d| d.to == Some(C))
+        .map(|d| d.bytes.len())
+        .collect();
+    assert_eq!(to_c.len(), 2, "{to_c:?}");
+    assert!(
+        to_c.iter().all(|&n| n <= 1400),
+        "each fits C's line: {to_c:?}"
+    );
+    let before = net[C].delivered.len();
+    for d in pieces.iter().filter(|d| d.to == Some(C)) {
+        net.deliver(C, d.src, &d.bytes);
+    }
+    assert_eq!(net[C].delivered.len(), before + 1);
+    assert_eq!(net[C].delivered.last().map(|p| p.len()), Some(1420));
+    assert_eq!(net[A].device.peer(pc).unwrap().counters.fragments_tx, 2);
 }

@@ -211,11 +211,14 @@ impl Tun {
     /// TUN was found empty.
     ///
     /// Each packet lands in its slot at [`HEADROOM`] and is at most
-    /// `stride - HEADROOM - TAILROOM` bytes; a longer one is dropped (and
-    /// counted in [`dropped`](Self::dropped)), so size the stride for the
-    /// interface MTU. With offload, a super-packet's segments fill
-    /// consecutive slots; segments that do not fit wait for the next call
-    /// (see [`has_pending`](Self::has_pending)), nothing is dropped.
+    /// `stride - HEADROOM - TAILROOM` bytes, so size the stride for the
+    /// interface MTU. A longer one ends the read and is reported in
+    /// [`TunRead::oversize`]: with offload it waits for the next call (give
+    /// that one a batch with bigger slots), without it is dropped (and
+    /// counted in [`dropped`](Self::dropped)). With offload, a
+    /// super-packet's segments fill consecutive slots; segments that do not
+    /// fit wait for the next call (see [`has_pending`](Self::has_pending)),
+    /// nothing is dropped.
     pub fn read_batch(&self, batch: &mut PacketBatch) -> io::Result<TunRead> {
         if self.offload {
             return self
@@ -228,6 +231,7 @@ impl Tun {
         let max = batch.stride() - HEADROOM - TAILROOM;
         let mut n = 0;
         let mut emptied = false;
+        let mut oversize = None;
         while n < batch.capacity() {
             // The kernel silently truncates a packet to the buffer, so offer
             // one byte of the (still unused) tailroom more: a read that fills
@@ -236,6 +240,7 @@ impl Tun {
             match self.dev.read_packet(buf) {
                 Ok(Step::Done(len)) if len > max => {
                     self.dev.dropped.fetch_add(1, Ordering::Relaxed);
+                    oversize = Some(len);
                 }
                 Ok(Step::Done(len)) => {
                     batch.set_packet(n, HEADROOM, len, NO_ADDR);
@@ -255,6 +260,7 @@ impl Tun {
         Ok(TunRead {
             packets: n,
             emptied,
+            oversize,
         })
     }
 

@@ -180,6 +180,27 @@ fn tun_round_trip() {
     }
     assert!(tun.dropped() > dropped_before);
 
+    // --- with offload, a packet longer than the slots waits for bigger
+    // ones (an MTU raised under a running reader) and comes first ---
+    if tun.offload_enabled() {
+        sock.send_to(&[9u8; 1000], (remote, 9999)).unwrap();
+        let mut oversize = None;
+        while oversize.is_none() {
+            let r = wait(&fds, Some(Duration::from_secs(30))).unwrap();
+            assert!(!r.is_timeout(), "the long datagram never reached the TUN");
+            oversize = tun.read_batch(&mut small).unwrap().oversize;
+        }
+        assert_eq!(oversize, Some(1028));
+        assert!(tun.has_pending(), "it waits in the TUN's scratch");
+        let read = tun.read_batch(&mut batch).unwrap();
+        assert!(read.packets >= 1 && read.oversize.is_none());
+        let p = batch.packet(0);
+        assert_eq!(p.len(), 1028);
+        assert_eq!(&p[16..20], &remote.octets());
+        assert!(p[28..].iter().all(|&b| b == 9));
+        assert!(!tun.has_pending());
+    }
+
     // --- write_batch -> TUN -> kernel ---
     let dropped_before = tun.dropped();
     let mut batch = PacketBatch::new(4, stride);

@@ -140,12 +140,9 @@ fn truncated_datagram_leaves_slot_empty() {
     let mut batch = PacketBatch::new(4, 1024);
     let mut seen = Vec::new();
     while seen.len() < 2 {
-        let r = wait(
-            &[(b.as_raw_fd(), Interest::READABLE)],
-            Some(Duration::from_secs(30)),
-        )
-        .unwrap();
-        assert!(!r.is_timeout());
+        // With GRO the long one is held back once (for a batch with bigger
+        // slots, which this one never gets): no longer in the socket.
+        wait_readable(&b);
         let k = b.recv_batch(&mut batch).unwrap();
         for i in 0..k {
             seen.push(batch.packet(i).len());
@@ -155,6 +152,7 @@ fn truncated_datagram_leaves_slot_empty() {
         }
     }
     assert_eq!(seen, [0, payload(7, &mut [0; 2048])]);
+    assert_eq!(b.take_oversize(), Some(3000));
 }
 
 #[test]
@@ -223,4 +221,144 @@ fn socket_buffers_are_forced_to_what_braid_asks_for() {
         socket_option(fd, libc::SO_SNDBUF),
         2 * braid_io::udp::SOCKET_BUFFER
     );
+}
+
+/// Waits (bounded) until `sock` is readable or holds datagrams already.
+fn wait_readable(sock: &UdpSocket) {
+    if sock.has_pending() {
+        return;
+    }
+    let r = wait(
+        &[(sock.as_raw_fd(), Interest::READABLE)],
+        Some(Duration::from_secs(30)),
+    )
+    .unwrap();
+    assert!(!r.is_timeout(), "nothing arrived");
+}
+
+/// A datagram longer than the batch's slots (a peer with a bigger MTU):
+/// with GRO it waits once for a batch whose slots hold it, and
+/// `take_oversize` says how long it is; offered to small slots a second
+/// time it is dropped. Without GRO it is dropped at once, its length
+/// still reported. The datagrams around it arrive either way.
+#[test]
+fn a_datagram_longer_than_the_slots_waits_for_bigger_ones_or_is_reported() {
+    for gro in [true, false] {
+        let a = UdpSocket::bind(0).unwrap();
+        let b = UdpSocket::bind(0).unwrap();
+        b.set_gro(gro).unwrap();
+        let to = SocketAddr::new(V4, b.local_port());
+        let mut batch = PacketBatch::new(4, 40_000);
+        for len in [100, 34_768, 200] {
+            batch.push_with(0, to, |buf| {
+                buf[..len].fill(len as u8);
+                len
+            });
+        }
+        assert_eq!(a.send_batch(&batch).unwrap(), 3);
+
+        let mut small = PacketBatch::new(8, 2048);
+        let mut big = PacketBatch::new(8, 40_000);
+        let mut lens = Vec::new();
+        // First a small batch, then (once something was too long) a big one.
+        let mut grown = false;
+        while lens.len() < if gro { 3 } else { 2 } {
+            wait_readable(&b);
+            let into = if grown { &mut big } else { &mut small };
+            let n = b.recv_batch(into).unwrap();
+            lens.extend((0..n).map(|i| into.packet(i).len()).filter(|&l| l > 0));
+            if let Some(len) = b.take_oversize() {
+                assert_eq!(len, 34_768, "gro {gro}");
+                grown = true;
+            }
+        }
+        assert!(grown, "gro {gro}: the long datagram was reported");
+        let want: &[usize] = if gro {
+            &[100, 34_768, 200]
+        } else {
+            &[100, 200]
+        };
+        assert_eq!(lens, want, "gro {gro}");
+    }
+    // Offered twice to slots too small, it is dropped, not held forever.
+    let a = UdpSocket::bind(0).unwrap();
+    let b = UdpSocket::bind(0).unwrap();
+    let to = SocketAddr::new(V4, b.local_port());
+    let mut batch = PacketBatch::new(2, 40_000);
+    for len in [34_768, 300] {
+        batch.push_with(0, to, |buf| len.min(buf.len()));
+    }
+    assert_eq!(a.send_batch(&batch).unwrap(), 2);
+    let mut small = PacketBatch::new(8, 2048);
+    let mut lens = Vec::new();
+    for _ in 0..10 {
+        if lens.contains(&300) {
+            break;
+        }
+        wait_readable(&b);
+        let n = b.recv_batch(&mut small).unwrap();
+        lens.extend((0..n).map(|i| small.packet(i).len()).filter(|&l| l > 0));
+    }
+    assert_eq!(lens, [300]);
+    assert_eq!(b.take_oversize(), Some(34_768));
+    assert!(!b.has_pending());
+}
+
+/// Which of our addresses a datagram arrived at comes with it (loopback
+/// answers to all of 127/8), and a datagram leaves from the local address
+/// its slot names; one that is not ours leaves from the routing table's
+/// pick instead, and is reported.
+#[test]
+fn local_addresses_in_and_out() {
+    use braid_core::batch::LocalAddr;
+    let a = UdpSocket::bind(0).unwrap();
+    let b = UdpSocket::bind(0).unwrap();
+    let local = |ip: &str| LocalAddr {
+        ip: Some(ip.parse().unwrap()),
+        ifindex: 0,
+    };
+    // In: a writes to b at 127.0.0.2 and at 127.0.0.1.
+    let mut out = PacketBatch::new(4, 2048);
+    for (i, to) in ["127.0.0.2", "127.0.0.1"].into_iter().enumerate() {
+        let to = SocketAddr::new(to.parse().unwrap(), b.local_port());
+        out.push_with(0, to, |buf| payload(i, buf));
+    }
+    assert_eq!(a.send_batch(&out).unwrap(), 2);
+    let mut batch = PacketBatch::new(8, 2048);
+    let mut arrived = Vec::new();
+    while arrived.len() < 2 {
+        wait_readable(&b);
+        let n = b.recv_batch(&mut batch).unwrap();
+        arrived.extend((0..n).map(|i| (check(batch.packet(i)), batch.local(i).ip)));
+    }
+    arrived.sort_by_key(|a| a.0);
+    assert_eq!(
+        arrived,
+        [
+            (0, Some("127.0.0.2".parse().unwrap())),
+            (1, Some("127.0.0.1".parse().unwrap()))
+        ]
+    );
+    // Out: b answers from 127.0.0.3, then (not an address of this host)
+    // from 198.18.254.254, which leaves from the routing table's pick.
+    let to_a = SocketAddr::new(V4, a.local_port());
+    for (i, from, seen) in [
+        (2, "127.0.0.3", "127.0.0.3"),
+        (3, "198.18.254.254", "127.0.0.1"),
+    ] {
+        let mut out = PacketBatch::new(2, 2048);
+        out.push_with(0, to_a, |buf| payload(i, buf));
+        out.set_local(0, local(from));
+        assert_eq!(b.send_batch(&out).unwrap(), 1, "from {from}");
+        let got = recv_n(&a, 1, 4);
+        assert_eq!(
+            got[0],
+            (i, SocketAddr::new(seen.parse().unwrap(), b.local_port()))
+        );
+    }
+    assert_eq!(
+        b.take_refused_sources(),
+        ["198.18.254.254".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert!(b.take_refused_sources().is_empty(), "reported once");
 }

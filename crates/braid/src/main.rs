@@ -172,6 +172,12 @@ enum BenchCommand {
 fn main() -> ExitCode {
     // Before anything can start a thread: what exists now is not braid's.
     braid::threads::note_start();
+    // `braid -f NAME` is wireguard-go's own order (`wireguard-go -f NAME`);
+    // clap would take the leading flag for one of its own.
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if matches!(raw.first().map(String::as_str), Some("-f" | "--foreground")) {
+        return exit_code(interface(&raw));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up {
@@ -229,6 +235,10 @@ fn main() -> ExitCode {
         }
         Command::Interface(args) => interface(&args),
     };
+    exit_code(result)
+}
+
+fn exit_code(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

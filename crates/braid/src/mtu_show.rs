@@ -1,7 +1,7 @@
 //! `braid mtu NAME`: what each path carries, from the daemon's `get=braid`
 //! snapshot (the same one `braid show` reads).
 
-use crate::uapi::{DeviceSnapshot, PathSnapshot};
+use crate::uapi::{DeviceSnapshot, PathSnapshot, PeerSnapshot};
 use std::fmt::Write;
 
 /// Bytes between a tunnel packet and the outer IP packet carrying it:
@@ -11,7 +11,55 @@ fn outer_overhead(path: &PathSnapshot) -> usize {
 }
 
 fn extra(snap: &DeviceSnapshot, key: &str) -> Option<u64> {
-    snap.extra.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    find(&snap.extra, key)
+}
+
+fn find(extra: &[(String, u64)], key: &str) -> Option<u64> {
+    extra.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+}
+
+/// IPv6's minimum link MTU: below it IPv6 cannot pass.
+const IPV6_MIN: u64 = 1280;
+
+/// What a peer's packets are held to, when anything: (line of text, IPv6
+/// passes). Split into pieces (a braid peer that joins fragments), or held
+/// below IPv6's minimum (a stock WireGuard peer on a narrow line).
+fn peer_note(peer: &PeerSnapshot) -> (Option<String>, bool) {
+    let get = |k| find(&peer.extra, k);
+    if let Some(payload) = get("fragment_payload") {
+        let counts = match (get("fragmented_tx"), get("fragments_tx"), get("joined_rx")) {
+            (Some(p), Some(f), Some(j)) => {
+                format!(": {p} packets sent in {f} pieces, {j} joined from its pieces")
+            }
+            _ => String::new(),
+        };
+        let note = format!(
+            "packets over {payload} bytes go in pieces (its lines carry no more; the peer joins them){counts}"
+        );
+        return (Some(note), true);
+    }
+    match get("mtu_limit") {
+        Some(limit) if limit < IPV6_MIN => {
+            let why = if get("joins_fragments") == Some(1) {
+                ""
+            } else {
+                "; the peer does not take packets in pieces (stock WireGuard)"
+            };
+            (
+                Some(format!(
+                    "packets over {limit} bytes do not fit its lines: IPv6 cannot pass (it needs {IPV6_MIN}){why}"
+                )),
+                false,
+            )
+        }
+        Some(limit) => (
+            Some(format!(
+                "packets over {limit} bytes are answered \"too big\""
+            )),
+            true,
+        ),
+        None => (None, true),
+    }
 }
 
 pub fn render_text(name: &str, snap: &DeviceSnapshot) -> String {
@@ -19,6 +67,9 @@ pub fn render_text(name: &str, snap: &DeviceSnapshot) -> String {
     let _ = write!(out, "interface: {name}");
     if let Some(mtu) = extra(snap, "tunnel_mtu") {
         let _ = write!(out, "  tunnel MTU {mtu}");
+        if mtu < IPV6_MIN {
+            let _ = write!(out, " (below {IPV6_MIN}: IPv6 cannot pass)");
+        }
     }
     if let Some(n) = extra(snap, "too_big_answered") {
         let _ = write!(out, "  too-big answers {n}");
@@ -26,6 +77,9 @@ pub fn render_text(name: &str, snap: &DeviceSnapshot) -> String {
     out.push('\n');
     for peer in &snap.peers {
         let _ = writeln!(out, "peer: {}", peer.public_key);
+        if let (Some(note), _) = peer_note(peer) {
+            let _ = writeln!(out, "  {note}");
+        }
         if peer.paths.is_empty() {
             out.push_str("  (no paths)\n");
         }
@@ -80,8 +134,12 @@ pub fn render_json(name: &str, snap: &DeviceSnapshot) -> String {
                     })
                 })
                 .collect();
+            let get = |k| find(&peer.extra, k);
             serde_json::json!({
                 "public_key": peer.public_key.to_string(),
+                "mtu_limit": get("mtu_limit"),
+                "fragment_payload": get("fragment_payload"),
+                "ipv6_passes": peer_note(peer).1,
                 "paths": paths,
             })
         })
@@ -99,7 +157,7 @@ pub fn render_json(name: &str, snap: &DeviceSnapshot) -> String {
 mod tests {
     use super::*;
     use crate::keys::PublicKey;
-    use crate::uapi::{PeerSnapshot, PmtuSnapshot};
+    use crate::uapi::PmtuSnapshot;
 
     fn snap() -> DeviceSnapshot {
         let mut snap = DeviceSnapshot::new(None, 51820, 0);
@@ -153,5 +211,34 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&render_json("wg0", &snap())).unwrap();
         assert_eq!(v["tunnel_mtu"], 1368);
         assert_eq!(v["peers"][0]["paths"][0]["pmtu"]["too_big"], 1369);
+    }
+
+    #[test]
+    fn a_peer_held_below_1280_or_split_into_pieces_is_said_so() {
+        let mut s = snap();
+        s.peers[0].extra = vec![("mtu_limit".into(), 1240), ("joins_fragments".into(), 0)];
+        let text = render_text("wg0", &s);
+        assert!(
+            text.contains("packets over 1240 bytes do not fit its lines: IPv6 cannot pass (it needs 1280); the peer does not take packets in pieces (stock WireGuard)"),
+            "{text}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&render_json("wg0", &s)).unwrap();
+        assert_eq!(v["peers"][0]["ipv6_passes"], false);
+        s.peers[0].extra = vec![
+            ("joins_fragments".into(), 1),
+            ("fragment_payload".into(), 1268),
+            ("fragmented_tx".into(), 10),
+            ("fragments_tx".into(), 20),
+            ("joined_rx".into(), 9),
+        ];
+        s.extra = vec![("tunnel_mtu".into(), 1280)];
+        let text = render_text("wg0", &s);
+        assert!(
+            text.contains("packets over 1268 bytes go in pieces (its lines carry no more; the peer joins them): 10 packets sent in 20 pieces, 9 joined"),
+            "{text}"
+        );
+        assert!(!text.contains("IPv6 cannot"), "{text}");
+        s.extra = vec![("tunnel_mtu".into(), 1240)];
+        assert!(render_text("wg0", &s).contains("tunnel MTU 1240 (below 1280: IPv6 cannot pass)"));
     }
 }

@@ -1,6 +1,7 @@
 //! Handshake messages in and out: initiation, response, cookie reply.
 
 use super::state::{Device, IndexEntry};
+use crate::batch::LocalAddr;
 use crate::consts::INITIATIONS_PER_SECOND;
 use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};
 use crate::noise;
@@ -132,6 +133,7 @@ impl Device {
         now: Instant,
         line: u16,
         src: SocketAddr,
+        arrived_at: LocalAddr,
         msg: &[u8; INITIATION_LEN],
     ) {
         let sender = messages::read_u32(msg, messages::initiation::SENDER);
@@ -194,6 +196,8 @@ impl Device {
         p.keypairs.install(kp, &mut dropped);
         p.authenticated_rx(now, line, src, msg.len());
         p.counters.handshake_responses_sent = p.counters.handshake_responses_sent.saturating_add(1);
+        self.note_local_address(line, src, arrived_at);
+        let p = self.peers[pid].as_mut().expect("checked above");
         p.on_session_derived(now);
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
@@ -208,6 +212,7 @@ impl Device {
         now: Instant,
         line: u16,
         src: SocketAddr,
+        arrived_at: LocalAddr,
         msg: &[u8; RESPONSE_LEN],
     ) {
         let sender = messages::read_u32(msg, messages::response::SENDER);
@@ -237,6 +242,7 @@ impl Device {
         let mut dropped = std::mem::take(&mut self.scratch_indices);
         p.keypairs.install(kp, &mut dropped);
         p.authenticated_rx(now, line, src, msg.len());
+        self.note_local_address(line, src, arrived_at);
         let wall = self.wall_clock(now);
         let p = self.peers[pid].as_mut().expect("checked above");
         p.on_handshake_complete(wall);

@@ -40,6 +40,7 @@
 //! randomness comes from a seeded generator so tests are reproducible.
 
 mod compression;
+mod fragments;
 mod handshake;
 mod jobs;
 mod multipath;
@@ -49,9 +50,11 @@ mod receive;
 mod repair;
 mod send;
 mod state;
+mod sticky;
+mod trains;
 
 pub use jobs::{CryptoJobs, CryptoPart};
-pub use pmtu::PathRoute;
+pub use pmtu::{MtuNotice, PathRoute};
 pub use state::{Device, DeviceCounters};
 
 use state::{Control, IndexEntry};
@@ -126,6 +129,14 @@ pub struct PeerInfo {
     pub counters: crate::peer::PeerCounters,
     /// `RateLimit =` in bits per second, each direction.
     pub rate_limit_bits: Option<u64>,
+    /// Packets longer than this are answered "too big" (see
+    /// `Peer::mtu_limit`), and what one data message may carry when longer
+    /// ones go in pieces (`Peer::fragment_payload`).
+    pub mtu_limit: Option<usize>,
+    pub fragment_payload: Option<usize>,
+    /// Whether the peer joins fragments, and its fragments given up.
+    pub joins_fragments: bool,
+    pub fragments_dropped: u64,
 }
 
 impl Device {
@@ -148,6 +159,7 @@ impl Device {
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
             pmtu_probes: VecDeque::new(),
+            trains: VecDeque::new(),
             resends: VecDeque::new(),
             padding_cap: usize::MAX,
             too_big: Vec::new(),
@@ -167,6 +179,8 @@ impl Device {
             rekey_after_time: crate::consts::REKEY_AFTER_TIME,
             compression: crate::compress::CompressionPolicy::Off,
             lz4: crate::compress::Lz4::new(),
+            sticky: Default::default(),
+            mtu_notices: Vec::new(),
             counters: DeviceCounters::default(),
         }
     }
@@ -537,6 +551,10 @@ impl Device {
             allowed_ips,
             counters: p.counters,
             rate_limit_bits: p.rate_limit.as_ref().map(|r| r.rate_bits()),
+            mtu_limit: p.mtu_limit,
+            fragment_payload: p.fragment_payload,
+            joins_fragments: p.joins_fragments(),
+            fragments_dropped: p.reassembly.dropped,
         }
     }
 
@@ -644,6 +662,10 @@ impl Device {
                 if packet.is_empty() {
                     continue; // a keepalive's or refused packet's place
                 }
+                if crate::batch::HEADROOM + packet.len() > out.stride() {
+                    self.counters.slot_too_small = self.counters.slot_too_small.saturating_add(1);
+                    continue;
+                }
                 out.push_with(
                     crate::batch::HEADROOM,
                     SocketAddr::from(([0, 0, 0, 0], 0)),
@@ -670,11 +692,17 @@ impl Device {
             return;
         };
         let defaults = ReorderConfig::default();
+        let capacity = capacity.unwrap_or(defaults.capacity);
         let cfg = ReorderConfig {
             hold_ceiling: hold.unwrap_or(defaults.hold_ceiling),
-            capacity: capacity.unwrap_or(defaults.capacity),
+            capacity,
+            // The byte bound follows the packet bound (2 KiB a packet, as
+            // the defaults): a larger ReorderCapacity for a fast bond with
+            // a wide delay difference must not stop at 4 MiB.
+            max_bytes: capacity
+                .saturating_mul(defaults.max_bytes / defaults.capacity)
+                .max(defaults.max_bytes),
             max_packet: mtu.max(defaults.max_packet),
-            ..defaults
         };
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;

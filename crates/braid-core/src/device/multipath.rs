@@ -2,6 +2,7 @@
 //! to find out whether the peer speaks braid, and probing every path.
 
 use super::state::{Device, IndexEntry};
+use crate::batch::LocalAddr;
 use crate::consts::REJECT_AFTER_TIME;
 use crate::ext::{self, ExtMessage, ProbeBody};
 use crate::messages::{self, DATA_HEADER_LEN, DATA_MIN_LEN};
@@ -116,7 +117,7 @@ impl Device {
         self.queue_ext(now, pid, line, remote, ExtMessage::Sent(body));
     }
 
-    fn mono_us(&self, now: Instant) -> u64 {
+    pub(super) fn mono_us(&self, now: Instant) -> u64 {
         mono_us(self.mono_base, now)
     }
 
@@ -177,6 +178,7 @@ impl Device {
         }
         let say_hello = p.hellos_left > 0;
         let flags = lz4_flag
+            | ext::HELLO_OFFERS_FRAGMENTS
             | match &p.keypairs.current {
                 Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
                 _ => 0,
@@ -215,6 +217,7 @@ impl Device {
         }
         if braid {
             self.probe_path_mtu(now, pid);
+            self.probe_trains(now, pid);
             if self.peers[pid]
                 .as_ref()
                 .is_some_and(|p| p.sent_since_report)
@@ -244,6 +247,7 @@ impl Device {
         now: Instant,
         line: u16,
         src: SocketAddr,
+        local: LocalAddr,
         datagram: &mut [u8],
     ) {
         if !self.extensions {
@@ -276,12 +280,17 @@ impl Device {
         if let ExtMessage::Hello { flags, .. } = msg {
             kp.set_peer_offers_aes(flags & ext::HELLO_OFFERS_AES != 0);
             p.lz4_session = (flags & ext::HELLO_OFFERS_LZ4 != 0).then_some(receiver);
+            p.fragment_session = (flags & ext::HELLO_OFFERS_FRAGMENTS != 0).then_some(receiver);
         }
         let first_news = !p.speaks_braid();
         p.braid_session = Some(receiver);
+        // Probes from where we no longer are go unanswered (see
+        // `Peer::stranger_on`).
+        let stranger = p.stranger_on(line, src).is_some();
         let at = p.authenticated_rx(now, line, src, datagram.len());
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
+        self.note_local_address(line, src, local);
         if slot == SlotName::Next {
             self.confirm_session(now, pid);
         }
@@ -294,6 +303,7 @@ impl Device {
                     p.hellos_left = p.hellos_left.max(1);
                 }
             }
+            ExtMessage::Probe(_) | ExtMessage::PmtuProbe(_) if stranger => {}
             ExtMessage::Probe(b) => {
                 let now_us = self.mono_us(now);
                 let p = self.peers[pid].as_mut().expect("checked above");
@@ -322,6 +332,13 @@ impl Device {
                 self.receive_pmtu(now, pid, line, src, msg);
             }
             ExtMessage::Repair { from, count } => self.queue_resends(pid, receiver, from, count),
+            ExtMessage::Filler { .. } => {
+                // Delivered on this path: counted with its data, so the
+                // echo of the train's last probe says how fast it came.
+                let p = self.peers[pid].as_mut().expect("checked above");
+                let c = &mut p.paths[at].counters;
+                c.data_rx_bytes = c.data_rx_bytes.saturating_add(datagram.len() as u64);
+            }
             ExtMessage::Sent(b) => {
                 let p = self.peers[pid].as_mut().expect("checked above");
                 // About the counters of the session it is sealed in: only

@@ -8,7 +8,7 @@ use crate::batch::PacketBatch;
 use crate::ext::{ExtMessage, PmtuBody, MAX_PADDED_PAYLOAD};
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
 use crate::peer::PeerId;
-use crate::pmtud::{self, max_for_link};
+use crate::pmtud::{self, max_for_link, MAX_PLPMTU, MIN_PLPMTU};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -26,6 +26,33 @@ const UNSPECIFIED_ADDR: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     0,
 ));
 
+/// Notices waiting for the driver at most; more are dropped (each says
+/// how a peer's packets go now, the newest matter).
+const MAX_MTU_NOTICES: usize = 64;
+
+/// How a peer's packets go now, when that changed in a way worth a log
+/// line: held below IPv6's 1280 bytes (so IPv6 cannot pass), or split
+/// into fragments its lines carry; or neither any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MtuNotice {
+    pub public_key: [u8; 32],
+    /// Packets longer than this are answered "too big" (`None`: no limit
+    /// below the interface MTU).
+    pub limit: Option<usize>,
+    /// Longer packets go in pieces of this much plaintext.
+    pub fragment_payload: Option<usize>,
+    /// Whether the peer joins fragments (a braid peer).
+    pub joins_fragments: bool,
+}
+
+impl MtuNotice {
+    /// Whether IPv6 cannot pass to this peer: its packets are held below
+    /// 1280 bytes and it cannot take pieces.
+    pub fn ipv6_blocked(&self) -> bool {
+        self.fragment_payload.is_none() && self.limit.is_some_and(|l| l < MIN_PLPMTU)
+    }
+}
+
 /// A path as the I/O layer needs it to look up its line's MTU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PathRoute {
@@ -42,7 +69,12 @@ impl Device {
         let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
+        let fragments = p.joins_fragments();
         for (i, path) in p.paths.iter_mut().enumerate() {
+            if fragments {
+                // Lines below 1280 still carry its packets, in pieces.
+                path.pmtu.set_floor(now, pmtud::MIN_FRAGMENTED);
+            }
             path.pmtu.start(now);
             let timeout = pmtud::probe_timeout(path.srtt, path.rttvar);
             let Some(req) = path.pmtu.poll(now, path.is_up(), timeout) else {
@@ -60,7 +92,7 @@ impl Device {
                 body: PmtuBody {
                     path: i as u8, // i < MAX_PATHS
                     seq: req.seq,
-                    // Sizes are at most MAX_PLPMTU; the cap (9216) fits u16.
+                    // Sizes are at most MAX_PLPMTU (65 475): they fit the u16.
                     size: req.size.min(MAX_PADDED_PAYLOAD) as u16,
                 },
             });
@@ -138,8 +170,17 @@ impl Device {
         v
     }
 
-    /// The local line of a path has MTU `link_mtu`: the ceiling of its search.
-    pub fn set_path_link_mtu(&mut self, now: Instant, route: PathRoute, link_mtu: usize) {
+    /// The local line of a path has MTU `link_mtu`: the ceiling of its
+    /// search, which looks no further than `largest` either (the tunnel
+    /// MTU that could use it: a size the interface never sends is not
+    /// worth probing, and its probe would not fit the driver's slots).
+    pub fn set_path_link_mtu(
+        &mut self,
+        now: Instant,
+        route: PathRoute,
+        link_mtu: usize,
+        largest: usize,
+    ) {
         let Some(path) = self.peers[route.pid]
             .as_mut()
             .and_then(|p| p.paths.get_mut(route.path))
@@ -147,8 +188,8 @@ impl Device {
         else {
             return;
         };
-        path.pmtu
-            .set_max(now, max_for_link(link_mtu, route.remote.is_ipv6()));
+        let max = max_for_link(link_mtu, route.remote.is_ipv6()).min(largest);
+        path.pmtu.set_max(now, max);
     }
 
     /// Caps WireGuard's padding at `mtu` (the path MTU target): a packet
@@ -164,23 +205,49 @@ impl Device {
 
     /// The tunnel MTU of one peer now: for a braid peer the smallest
     /// discovered size over its live paths (over all of them when none is
-    /// live), for a stock WireGuard peer with a session `default` (nothing
-    /// is discovered there); `None` when the peer says nothing yet.
+    /// live), never below 1280 for one that joins fragments (what its
+    /// lines do not carry goes in pieces); for a stock WireGuard peer with
+    /// a session `default`, or less when its local lines carry less
+    /// (nothing is discovered there); `None` when the peer says nothing yet.
     fn peer_path_mtu(p: &crate::peer::Peer, default: usize) -> Option<usize> {
         if p.speaks_braid() {
-            // With every path down, what they carried last still holds
-            // (no flapping back to the default while a line is cut).
-            let any_up = p.paths.iter().any(|path| path.is_up());
-            p.paths
-                .iter()
-                .filter(|path| path.is_up() || !any_up)
-                .map(|path| path.pmtu.plpmtu())
-                .min()
+            let carry = Self::path_carry(p, |_| true)?;
+            Some(Self::limit_for(p, carry))
         } else if p.keypairs.current.is_some() {
-            Some(default)
+            Some(Self::stock_line_limit(p).map_or(default, |l| l.min(default)))
         } else {
             None
         }
+    }
+
+    /// The smallest size the live paths (all of them when none is live:
+    /// what they carried last still holds, no flapping back to the default
+    /// while a line is cut) that `counted` keeps carry.
+    fn path_carry(
+        p: &crate::peer::Peer,
+        counted: impl Fn(&crate::path::Path) -> bool,
+    ) -> Option<usize> {
+        let any_up = p.paths.iter().any(|path| path.is_up());
+        p.paths
+            .iter()
+            .filter(|path| path.is_up() || !any_up)
+            .filter(|path| counted(path))
+            .map(|path| path.pmtu.plpmtu())
+            .min()
+    }
+
+    /// What a stock WireGuard peer's local lines carry (from their MTUs;
+    /// nothing is discovered there), rounded down to WireGuard's padding
+    /// step: the peer pads what it sends to a multiple of 16 (up to its
+    /// own MTU), so a packet as long as this comes back padded no longer.
+    /// Below 1280 IPv6 cannot pass.
+    fn stock_line_limit(p: &crate::peer::Peer) -> Option<usize> {
+        let line = p
+            .paths
+            .iter()
+            .filter_map(|path| path.pmtu.line_max())
+            .min()?;
+        Some(line - line % crate::consts::PADDING_MULTIPLE)
     }
 
     /// The tunnel MTU every peer can take now: the smallest of the peers'
@@ -195,6 +262,39 @@ impl Device {
             .unwrap_or(default)
     }
 
+    /// The largest packet a braid peer's live paths are known to carry:
+    /// the smallest size one of them confirmed while a bigger one failed.
+    /// `None` while nothing failed: a search still under way refuses no
+    /// packet (an ICMP "too big" from it would lower the sender's path MTU
+    /// for minutes, below what the path turns out to carry).
+    fn peer_known_limit(p: &crate::peer::Peer) -> Option<usize> {
+        if !p.speaks_braid() {
+            return Self::stock_line_limit(p);
+        }
+        Self::path_carry(p, |path| path.pmtu.bounds().1.is_some())
+    }
+
+    /// What one data message to `p` may carry when a line was seen to
+    /// carry less than what goes to it and `p` joins fragments (see
+    /// `Peer::fragment_payload`).
+    fn fragment_payload(p: &crate::peer::Peer) -> Option<usize> {
+        if p.joins_fragments() {
+            Self::peer_known_limit(p)
+        } else {
+            None
+        }
+    }
+
+    /// A peer's limit as a ceiling of the packets sent to it whole or in
+    /// pieces: at least 1280 for one that joins fragments.
+    fn limit_for(p: &crate::peer::Peer, carry: usize) -> usize {
+        if p.joins_fragments() {
+            carry.max(MIN_PLPMTU)
+        } else {
+            carry
+        }
+    }
+
     /// The interface MTU: the largest any peer's paths carry now (`default`
     /// when no peer says anything). Each peer whose paths carry less gets
     /// that as its limit: a longer packet to it is answered with ICMP "too
@@ -202,7 +302,22 @@ impl Device {
     /// router does for a route with a smaller MTU. So one peer with a poor
     /// path, or one that ignores path MTU probes, lowers only its own
     /// packets, not the interface for every peer.
-    pub fn refresh_path_mtus(&mut self, default: usize) -> usize {
+    ///
+    /// `fixed`: the interface MTU is `default` whatever the paths say
+    /// (`MTU =`, or set by whoever drives the interface); then a peer is
+    /// limited below it only by what its paths were seen not to carry, and
+    /// every peer by what one UDP datagram carries (`MAX_PLPMTU`).
+    pub fn refresh_path_mtus(&mut self, default: usize, fixed: bool) -> usize {
+        if fixed {
+            // Nothing longer than one datagram carries goes to anyone.
+            for p in self.peers.iter_mut().flatten() {
+                let known = Self::peer_known_limit(p).map(|m| Self::limit_for(p, m));
+                let limit =
+                    Some(known.map_or(MAX_PLPMTU, |m| m.min(MAX_PLPMTU))).filter(|&m| m < default);
+                Self::set_limits(&mut self.mtu_notices, p, limit);
+            }
+            return default;
+        }
         let interface = self
             .peers
             .iter()
@@ -211,9 +326,35 @@ impl Device {
             .max()
             .unwrap_or(default);
         for p in self.peers.iter_mut().flatten() {
-            p.mtu_limit = Self::peer_path_mtu(p, default).filter(|&m| m < interface);
+            let limit = Self::peer_path_mtu(p, default).filter(|&m| m < interface);
+            Self::set_limits(&mut self.mtu_notices, p, limit);
         }
         interface
+    }
+
+    /// Sets a peer's limit and fragment payload; a notice when it crossed
+    /// into (or out of) being split or held below 1280.
+    fn set_limits(notices: &mut Vec<MtuNotice>, p: &mut crate::peer::Peer, limit: Option<usize>) {
+        let notice = |p: &crate::peer::Peer| MtuNotice {
+            public_key: p.public_key(),
+            limit: p.mtu_limit,
+            fragment_payload: p.fragment_payload,
+            joins_fragments: p.joins_fragments(),
+        };
+        let before = notice(p);
+        p.mtu_limit = limit;
+        p.fragment_payload = Self::fragment_payload(p);
+        let after = notice(p);
+        let worth = |n: &MtuNotice| (n.ipv6_blocked(), n.fragment_payload.is_some());
+        if worth(&before) != worth(&after) && notices.len() < MAX_MTU_NOTICES {
+            notices.push(after);
+        }
+    }
+
+    /// Moves the notices of peers whose packets now go differently (see
+    /// [`MtuNotice`]) into `out`, for the driver's log.
+    pub fn take_mtu_notices(&mut self, out: &mut Vec<MtuNotice>) {
+        out.append(&mut self.mtu_notices);
     }
 
     /// Queues the ICMP "too big" answer to `packet` (for a peer whose paths

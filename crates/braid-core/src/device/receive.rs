@@ -8,7 +8,7 @@
 use super::jobs::CryptoJobs;
 use super::jobs::Outcome;
 use super::state::{Device, IndexEntry};
-use crate::batch::PacketBatch;
+use crate::batch::{LocalAddr, PacketBatch};
 use crate::cipher::DataKeys;
 use crate::consts::*;
 use crate::ip::{tcp_flags, Ip, Tcp, PROTO_TCP};
@@ -81,6 +81,7 @@ impl Device {
         for i in 0..batch.len() {
             let src = batch.addr(i);
             let line = batch.line(i);
+            let local = batch.local(i);
             let datagram = batch.packet_mut(i);
             let kind = messages::classify(datagram);
             match kind {
@@ -90,12 +91,12 @@ impl Device {
                 },
                 Some(Kind::Initiation) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
-                    self.receive_initiation(now, line, src, msg);
+                    self.receive_initiation(now, line, src, local, msg);
                     batch.consume(i);
                 }
                 Some(Kind::Response) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
-                    self.receive_response(now, line, src, msg);
+                    self.receive_response(now, line, src, local, msg);
                     batch.consume(i);
                 }
                 Some(Kind::CookieReply) => {
@@ -104,7 +105,7 @@ impl Device {
                     batch.consume(i);
                 }
                 Some(Kind::Braid) => {
-                    self.receive_ext(now, line, src, datagram);
+                    self.receive_ext(now, line, src, local, datagram);
                     batch.consume(i);
                 }
                 None => {
@@ -123,13 +124,15 @@ impl Device {
         for job in jobs.jobs() {
             let i = job.slot;
             let (src, line, offset) = (batch.addr(i), batch.line(i), batch.offset(i));
+            let local = batch.local(i);
             let delivered = match job.outcome {
                 Outcome::Opened(plain_len) => {
                     // The whole slot: a decompressed packet may be longer
                     // than the datagram it came in.
                     let (buf, offset, wire_len) = batch.slot_parts_mut(i);
                     let buf = &mut buf[offset..];
-                    self.finish_data(now, line, src, job.pid, buf, wire_len, plain_len)
+                    let from = (line, src, local);
+                    self.finish_data(now, from, job.pid, buf, wire_len, plain_len)
                 }
                 Outcome::Failed | Outcome::Pending => {
                     if let Some(p) = self.peers[job.pid].as_mut() {
@@ -185,8 +188,7 @@ impl Device {
     fn finish_data(
         &mut self,
         now: Instant,
-        line: u16,
-        src: SocketAddr,
+        (line, src, local): (u16, SocketAddr, LocalAddr),
         pid: PeerId,
         buf: &mut [u8],
         wire_len: usize,
@@ -204,6 +206,10 @@ impl Device {
         }
         let at = p.authenticated_rx(now, line, src, wire_len);
         p.paths[at].counters.first_arrivals = p.paths[at].counters.first_arrivals.saturating_add(1);
+        // Only past the replay check, as WireGuard: a replayed datagram
+        // sent to another of our addresses must not move our replies.
+        self.note_local_address(line, src, local);
+        let p = self.peers[pid].as_mut()?;
         p.paths[at].on_data_rx(now, wire_len);
         p.counters.rx_bytes = p.counters.rx_bytes.saturating_add(wire_len as u64);
         p.on_authenticated_received();
@@ -213,7 +219,14 @@ impl Device {
         }
         self.keep_key_fresh_on_receive(now, pid);
 
-        let restored = self.restore_compressed(pid, &mut buf[DATA_HEADER_LEN..], plain_len);
+        let restored = match self.restore_compressed(pid, &mut buf[DATA_HEADER_LEN..], plain_len) {
+            // A piece of a packet: the packet, once whole, takes this
+            // message's place (the other pieces' places stay empty).
+            Some(n) if crate::fragment::is_fragment(&buf[DATA_HEADER_LEN..DATA_HEADER_LEN + n]) => {
+                self.join_fragment(now, pid, receiver, &mut buf[DATA_HEADER_LEN..], n)
+            }
+            other => other,
+        };
         let p = self.peers[pid].as_mut()?;
         let len = if plain_len == 0 {
             p.counters.keepalives_received = p.counters.keepalives_received.saturating_add(1);

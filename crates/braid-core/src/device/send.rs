@@ -78,9 +78,18 @@ impl Device {
                     continue;
                 }
             }
-            let mtu = self.padding_mtu().min(limit.unwrap_or(usize::MAX));
             let lz4 = self.offers_lz4(pid);
+            let padding = self.padding_mtu();
             let p = self.peers[pid].as_mut().expect("routed peer exists");
+            // Padded no further than the peer's lines carry.
+            let mtu = [limit, p.fragment_payload]
+                .into_iter()
+                .flatten()
+                .fold(padding, usize::min);
+            // Longer than the lines carry, to a peer that joins fragments:
+            // it goes in pieces, through the staging queue (so what comes
+            // after it waits its turn).
+            let split = p.fragment_payload.is_some_and(|c| len > c);
             match p.rate_limit.as_mut().map(|r| r.outbound.offer(now, packet)) {
                 Some(Verdict::Dropped) => {
                     p.counters.rate_dropped_tx = p.counters.rate_dropped_tx.saturating_add(1);
@@ -97,7 +106,7 @@ impl Device {
             let sendable = p.staged.is_empty()
                 && !p.paths.is_empty()
                 && p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
-            if !sendable {
+            if !sendable || split {
                 p.stage(packet);
                 batch.consume(i);
                 self.schedule_flush(pid);
@@ -134,6 +143,39 @@ impl Device {
             }
             self.after_data_sent(now, pid, datagram_len);
         }
+        self.set_local_addresses(batch);
+    }
+
+    /// Seals the plaintext `write` puts at the start of the buffer it is
+    /// given (returning its length) as `pid`'s next data message, padded
+    /// no further than `pad_cap`, into the next slot of `out` (which has
+    /// room), addressed to the paths the peer's Mode picks.
+    pub(super) fn seal_data(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        out: &mut PacketBatch,
+        pad_cap: usize,
+        write: impl FnOnce(&mut [u8]) -> usize,
+    ) {
+        let p = self.peers[pid].as_mut().expect("caller checked");
+        let kp = p.keypairs.current.as_mut().expect("caller checked");
+        let mut sent = 0;
+        out.push_with(0, UNSPECIFIED, |b| {
+            let len = write(&mut b[DATA_HEADER_LEN..]);
+            sent = kp.seal_in_place(b, len, padded_len(len, pad_cap));
+            sent
+        });
+        let slot = out.len() - 1;
+        let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
+        let n = self.destinations(now, pid, sent, &mut dests);
+        let offset = out.offset(slot);
+        out.set_packet(slot, offset, sent, dests[0].1);
+        out.set_line(slot, dests[0].0);
+        for &(line, addr) in &dests[1..n] {
+            out.add_copy(slot, line, addr);
+        }
+        self.after_data_sent(now, pid, sent);
     }
 
     /// Timers and counters after a data message left; may start a rekey.
@@ -203,6 +245,7 @@ impl Device {
         !self.control.is_empty()
             || !self.pending_flush.is_empty()
             || self.has_pmtu_probes()
+            || self.has_trains()
             || self.has_resends()
     }
 
@@ -210,6 +253,13 @@ impl Device {
     /// packets staged until a session existed. Returns true while more is
     /// waiting (call again with an emptied batch).
     pub fn poll_transmit(&mut self, now: Instant, out: &mut PacketBatch) -> bool {
+        let more = self.fill_transmit(now, out);
+        self.set_local_addresses(out);
+        more
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) but for the local addresses.
+    fn fill_transmit(&mut self, now: Instant, out: &mut PacketBatch) -> bool {
         while !out.is_full() {
             let Some(c) = self.control.pop_front() else {
                 break;
@@ -222,6 +272,7 @@ impl Device {
         }
         self.transmit_resends(now, out);
         self.transmit_pmtu_probes(now, out);
+        self.transmit_trains(now, out);
         let mtu = self.padding_mtu();
         while let Some(&pid) = self.pending_flush.last() {
             let Some(p) = self.peers[pid].as_mut() else {
@@ -253,34 +304,49 @@ impl Device {
                         None => break,
                     },
                 };
-                let kp = p.keypairs.current.as_mut().expect("checked above");
-                let mut sent = 0;
-                out.push_with(0, UNSPECIFIED, |b| {
-                    b[DATA_HEADER_LEN..DATA_HEADER_LEN + packet.len()].copy_from_slice(&packet);
-                    sent = kp.seal_in_place(b, packet.len(), padded_len(packet.len(), mtu));
-                    sent
-                });
+                // Padded no further than the peer's lines carry.
+                let pad_cap = [p.mtu_limit, p.fragment_payload]
+                    .into_iter()
+                    .flatten()
+                    .fold(mtu, usize::min);
+                let pieces = p
+                    .fragment_payload
+                    .filter(|&c| packet.len() > c)
+                    .map(|c| crate::fragment::plan(packet.len(), c));
+                match pieces {
+                    // Every piece goes in this batch, or none does.
+                    Some(Some((count, _))) if out.capacity() - out.len() < count => {
+                        p.staged.push_front(packet);
+                        return true;
+                    }
+                    Some(Some(plan)) => self.send_fragments(now, pid, &packet, plan, pad_cap, out),
+                    Some(None) => {
+                        p.counters.staged_dropped = p.counters.staged_dropped.saturating_add(1);
+                    }
+                    None if DATA_MIN_LEN + padded_len(packet.len(), pad_cap) > out.stride() => {
+                        self.counters.slot_too_small =
+                            self.counters.slot_too_small.saturating_add(1);
+                    }
+                    None => self.seal_data(now, pid, out, pad_cap, |plain| {
+                        plain[..packet.len()].copy_from_slice(&packet);
+                        packet.len()
+                    }),
+                }
+                let p = self.peers[pid].as_mut().expect("checked above");
                 match p.rate_limit.as_mut() {
                     Some(r) if shaped => r.outbound.recycle(packet),
                     _ => p.recycle(packet),
                 }
-                let slot = out.len() - 1;
-                let mut dests: Destinations = [(0, UNSPECIFIED); MAX_PATHS];
-                let n = self.destinations(now, pid, sent, &mut dests);
-                let offset = out.offset(slot);
-                out.set_packet(slot, offset, sent, dests[0].1);
-                out.set_line(slot, dests[0].0);
-                for &(line, addr) in &dests[1..n] {
-                    out.add_copy(slot, line, addr);
-                }
-                self.after_data_sent(now, pid, sent);
             }
             if out.is_full() {
                 return true;
             }
             self.pending_flush.pop();
         }
-        !self.control.is_empty() || self.has_pmtu_probes() || self.has_resends()
+        !self.control.is_empty()
+            || self.has_pmtu_probes()
+            || self.has_resends()
+            || self.has_trains()
     }
 }
 

@@ -47,6 +47,10 @@ pub struct DeviceCounters {
     pub too_big_queue_full: u64,
     /// Packets a reorder window could not take (its ready queue was full).
     pub reorder_overflow: u64,
+    /// Packets dropped because the batch the driver handed over had slots
+    /// too small for them (it sizes its slots for the MTU; this counts the
+    /// packets that came before it grew them).
+    pub slot_too_small: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +112,8 @@ pub struct Device {
     pub(super) control: VecDeque<Control>,
     /// Padded path MTU probes waiting to be sent (too big for `control`).
     pub(super) pmtu_probes: VecDeque<QueuedProbe>,
+    /// Probe trains waiting for `poll_transmit` (see `trains`).
+    pub(super) trains: VecDeque<super::trains::TrainPart>,
     pub(super) resends: VecDeque<QueuedResend>,
     /// Padding never grows a packet beyond what the paths carry.
     pub(super) padding_cap: usize,
@@ -139,5 +145,10 @@ pub struct Device {
     /// The interface's `Compression =` and the compressor's buffers.
     pub(super) compression: crate::compress::CompressionPolicy,
     pub(super) lz4: crate::compress::Lz4,
+    /// Where datagrams to each (line, remote) leave from (`sticky`).
+    pub(super) sticky: super::sticky::StickySources,
+    /// Peers whose packets became (or stopped being) limited below IPv6's
+    /// 1280 bytes or split into fragments, for the driver to log.
+    pub(super) mtu_notices: Vec<super::pmtu::MtuNotice>,
     pub counters: DeviceCounters,
 }

@@ -376,7 +376,10 @@ fn absurd_ceilings_are_clamped() {
         );
     }
     assert_eq!(max_for_link(0, true), 0);
-    assert_eq!(max_for_link(usize::MAX, false), usize::MAX - 60);
+    assert_eq!(max_for_link(usize::MAX, false), 65535 - 60);
+    assert_eq!(max_for_link(65536, false), 65475);
+    assert_eq!(max_for_link(65536, true), 65536 - 80);
+    assert_eq!(max_for_link(9000, true), 9000 - 80);
 }
 
 #[test]
@@ -408,4 +411,47 @@ fn counters_saturate() {
         [c.probes_sent, c.probes_acked, c.probes_lost, c.black_holes],
         [u64::MAX; 4]
     );
+}
+
+/// A line that cannot carry 1280 bytes (UDP payloads over 1300 dropped:
+/// 1268 inner): with the floor lowered for a peer that joins fragments
+/// the search finds 1268; without, it settles at the minimum it never
+/// confirmed.
+#[test]
+fn a_lowered_floor_finds_a_line_below_1280() {
+    let (mut p, mut now) = started(1440);
+    p.set_floor(now, MIN_FRAGMENTED);
+    let took = Line::new(1268).until_complete(&mut p, &mut now);
+    assert_eq!((p.plpmtu(), p.bounds()), (1268, (1268, Some(1269))));
+    eprintln!("1268 found in {took:?} of simulated time");
+    let (mut p, mut now) = started(1440);
+    Line::new(1268).until_complete(&mut p, &mut now);
+    assert_eq!(p.plpmtu(), MIN_PLPMTU);
+    // Lowered during the search, in the error state: carrying the
+    // floor at once, then what the line allows.
+    let (mut p, mut now) = started(1440);
+    let mut line = Line::new(1200);
+    line.run(&mut p, &mut now, Duration::from_millis(400));
+    assert_eq!((p.state(), p.plpmtu()), (PmtuState::Error, MIN_PLPMTU));
+    p.set_floor(now, 0);
+    assert_eq!(
+        p.plpmtu(),
+        MIN_FRAGMENTED,
+        "the floor is clamped to the least a fragment needs"
+    );
+    line.until_complete(&mut p, &mut now);
+    assert_eq!(p.plpmtu(), 1200);
+}
+
+/// A local line below 1280 (a low-MTU underlay): the ceiling follows it
+/// once the floor allows, and what the line allows stays known either way.
+#[test]
+fn a_local_line_below_1280_is_the_ceiling_once_the_floor_allows() {
+    let (mut p, now) = started(1440);
+    assert_eq!(p.line_max(), None, "not looked up yet");
+    p.set_max(now, max_for_link(1328, false));
+    assert_eq!((p.line_max(), p.max()), (Some(1268), MIN_PLPMTU));
+    p.set_floor(now, MIN_FRAGMENTED);
+    assert_eq!((p.line_max(), p.max()), (Some(1268), 1268));
+    assert_eq!(p.plpmtu(), 1268, "the base is cut to the ceiling");
 }

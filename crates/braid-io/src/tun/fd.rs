@@ -18,6 +18,14 @@ pub struct TunRead {
     /// The TUN had nothing more when the read ended: another read right
     /// away would only be a system call that finds it empty.
     pub emptied: bool,
+    /// A packet (or the segments of a super-packet) of this many bytes
+    /// came that the batch's slots cannot hold: the interface MTU went up.
+    /// With offload it waits, and the next read delivers it first if that
+    /// batch's slots hold `HEADROOM + oversize + TAILROOM` bytes (and
+    /// drops it if not); without offload it was dropped, and this is only
+    /// a lower bound (the slot plus one byte: the kernel does not say how
+    /// much longer it was).
+    pub oversize: Option<usize>,
 }
 
 /// [`OffloadStats`] as it is counted: updated once per super-packet, not

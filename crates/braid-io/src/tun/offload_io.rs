@@ -28,6 +28,10 @@ pub(super) struct ReadScratch {
     /// [`MAX_READ`] bytes in offload mode, empty otherwise.
     buf: Vec<u8>,
     pending: Option<Pending>,
+    /// A plain packet longer than the last batch's slots (an MTU raised
+    /// just now), kept whole at the start of `buf` for the next call: its
+    /// length and header.
+    oversize: Option<(usize, VnetHdr)>,
     /// Most segments one super-packet has split into so far: another read
     /// only happens while the batch has that much room left, so a
     /// super-packet rarely has to wait in `pending`.
@@ -67,12 +71,13 @@ impl ReadScratch {
                 Vec::new()
             },
             pending: None,
+            oversize: None,
             reserve: 1,
         }
     }
 
     pub(super) fn has_pending(&self) -> bool {
-        self.pending.is_some()
+        self.pending.is_some() || self.oversize.is_some()
     }
 }
 
@@ -98,6 +103,25 @@ impl TunFd {
         let capacity = batch.capacity();
         let mut n = 0;
         let mut emptied = false;
+        let mut oversize = None;
+        // What waited for bigger slots gets one more call: delivered if
+        // they are big enough now, dropped if not.
+        if let Some((len, vnet)) = rx.oversize.take() {
+            if len <= max {
+                let pkt = &mut batch.slot_buf_mut(n)[HEADROOM..HEADROOM + len];
+                pkt.copy_from_slice(&rx.buf[..len]);
+                if vnet.flags & F_NEEDS_CSUM != 0
+                    && !complete_checksum(pkt, vnet.csum_start, vnet.csum_offset)
+                {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    batch.set_packet(n, HEADROOM, len, NO_ADDR);
+                    n += 1;
+                }
+            } else {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if let Some(mut p) = rx.pending.take() {
             self.deliver(batch, &mut n, max, &rx.buf, &mut p);
             if p.next < p.tso.segments() {
@@ -134,8 +158,13 @@ impl TunFd {
             let vnet = VnetHdr::decode(&rx.vnet);
             if vnet.gso_type == GSO_NONE {
                 if len > max {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    continue;
+                    // The slot holds its head, the scratch buffer (from
+                    // `spill`, which is `max`) its tail: made whole there,
+                    // it waits for a batch with bigger slots.
+                    rx.buf[..max].copy_from_slice(&batch.slot_buf_mut(n)[HEADROOM..HEADROOM + max]);
+                    rx.oversize = Some((len, vnet));
+                    oversize = Some(len);
+                    break;
                 }
                 let pkt = &mut batch.slot_buf_mut(n)[HEADROOM..HEADROOM + len];
                 if vnet.flags & F_NEEDS_CSUM != 0
@@ -157,12 +186,7 @@ impl TunFd {
             let head = len.min(max);
             rx.buf[..head].copy_from_slice(&batch.slot_buf_mut(n)[HEADROOM..HEADROOM + head]);
             let tso = match Tso::parse(&rx.buf[..len], &vnet) {
-                Ok(tso) if tso.max_segment_len() <= max => tso,
-                Ok(tso) => {
-                    self.dropped
-                        .fetch_add(tso.segments() as u64, Ordering::Relaxed);
-                    continue;
-                }
+                Ok(tso) => tso,
                 Err(_) => {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -176,6 +200,13 @@ impl TunFd {
                 .segments_read
                 .fetch_add(tso.segments() as u64, Ordering::Relaxed);
             let mut p = Pending { tso, len, next: 0 };
+            if tso.max_segment_len() > max {
+                // Segments longer than the slots (an MTU raised just now):
+                // the super-packet waits for a batch with bigger ones.
+                oversize = Some(tso.max_segment_len());
+                rx.pending = Some(p);
+                break;
+            }
             self.deliver(batch, &mut n, max, &rx.buf, &mut p);
             if p.next < p.tso.segments() {
                 rx.pending = Some(p);
@@ -185,11 +216,13 @@ impl TunFd {
         Ok(TunRead {
             packets: n,
             emptied,
+            oversize,
         })
     }
 
     /// Writes the remaining segments of `p` (in `buf`) into the slots from
-    /// `*n` on, as many as fit.
+    /// `*n` on, as many as fit; drops them all if a segment is longer than
+    /// a slot.
     fn deliver(
         &self,
         batch: &mut PacketBatch,
@@ -199,7 +232,8 @@ impl TunFd {
         p: &mut Pending,
     ) {
         if p.tso.max_segment_len() > max {
-            // Only if the caller shrank the stride since the last call.
+            // Its second chance (see `read_batch_offload`), or the caller
+            // shrank the stride since the last call.
             // p.next <= segments(): it only counts segments written.
             let left = p.tso.segments() - p.next;
             self.dropped.fetch_add(left as u64, Ordering::Relaxed);

@@ -1,16 +1,14 @@
 //! Control messages: the receive timestamp and GRO segment size the kernel
-//! attaches to a received datagram, and the GSO segment size we attach to a
-//! sent one.
+//! attaches to a received datagram (what is attached to a sent one, and
+//! the local address, are in `pktinfo.rs`).
 
 use std::mem;
 use std::time::{Duration, SystemTime};
 
 /// A control-message buffer; u64 elements keep it aligned for `cmsghdr`.
-/// Room for a timestamp (32 bytes) and a GRO segment size (24 bytes).
-pub(super) type CmsgBuf = [u64; 12];
-
-/// Room for the one `UDP_SEGMENT` control message of a sent message.
-pub(super) type SegmentCmsgBuf = [u64; 4];
+/// Room for a timestamp (32 bytes), a GRO segment size (24 bytes) and the
+/// local address (40 bytes), with some to spare.
+pub(super) type CmsgBuf = [u64; 16];
 
 /// The SCM_TIMESTAMPNS arrival time in a received message's control data
 /// (for callers that run recvmmsg themselves, like the netem benchmark).
@@ -48,31 +46,10 @@ pub(super) fn gro_segment(msg: &libc::msghdr) -> Option<usize> {
     .filter(|&s| s > 0)
 }
 
-/// Points `msg` at `buf` holding one `UDP_SEGMENT` message: the kernel cuts
-/// the payload into datagrams of `segment` bytes (the last may be shorter).
-pub(super) fn set_segment(msg: &mut libc::msghdr, buf: &mut SegmentCmsgBuf, segment: u16) {
-    let data_len = mem::size_of::<u16>() as libc::c_uint;
-    msg.msg_control = buf.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(data_len) };
-    msg.msg_controllen = crate::sys::kernel_int(space);
-    debug_assert!(space as usize <= mem::size_of::<SegmentCmsgBuf>());
-    // SAFETY: msg_control points at `buf`, which is at least
-    // msg_controllen bytes and aligned for cmsghdr, so CMSG_FIRSTHDR returns
-    // a valid, writable header with room for a u16 of data behind it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(msg);
-        (*cmsg).cmsg_level = libc::SOL_UDP;
-        (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-        (*cmsg).cmsg_len = crate::sys::kernel_int(libc::CMSG_LEN(data_len));
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment);
-    }
-}
-
 /// Runs `read` on the data of the first control message of `level`/`kind`,
 /// if that message carries at least a `D` (a shorter one is ignored: its
 /// data would be read past its end).
-fn find<D, T>(
+pub(super) fn find<D, T>(
     msg: &libc::msghdr,
     level: libc::c_int,
     kind: libc::c_int,
@@ -99,26 +76,6 @@ fn find<D, T>(
         }
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn segment_cmsg_reads_back() {
-        // SAFETY: all-zero msghdr is valid (null pointers, zero lengths).
-        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-        let mut buf: SegmentCmsgBuf = [0; 4];
-        set_segment(&mut msg, &mut buf, 1452);
-        let got = find::<u16, _>(&msg, libc::SOL_UDP, libc::UDP_SEGMENT, |d| {
-            // SAFETY: set_segment wrote a u16 there.
-            unsafe { std::ptr::read_unaligned(d.cast::<u16>()) }
-        });
-        assert_eq!(got, Some(1452));
-        assert_eq!(gro_segment(&msg), None);
-        assert_eq!(arrival_time(&msg), None);
-    }
 }
 
 #[cfg(test)]

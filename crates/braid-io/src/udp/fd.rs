@@ -3,8 +3,10 @@
 //! (`gro.rs`) and sending (`gso.rs`) are methods on it that borrow their
 //! scratch arrays from [`UdpSocket`](super::UdpSocket).
 
+use std::net::IpAddr;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 #[derive(Debug)]
 pub(super) struct SocketFd {
@@ -16,7 +18,19 @@ pub(super) struct SocketFd {
     pub(super) gso: AtomicBool,
     /// The kernel may coalesce received datagrams (UDP_GRO is set).
     pub(super) gro: AtomicBool,
+    /// The longest datagram found too long for a batch's slots since the
+    /// owner last asked (0: none); see `UdpSocket::take_oversize`.
+    pub(super) oversize: AtomicUsize,
+    /// Local addresses a send could not leave from since the owner last
+    /// asked (`UdpSocket::take_refused_sources`); `refused_any` says
+    /// whether there are any without taking the lock.
+    pub(super) refused: Mutex<Vec<IpAddr>>,
+    pub(super) refused_any: AtomicBool,
 }
+
+/// Refused local addresses kept for the owner at most (each is reported
+/// once; more between two looks are rare and only cost retries).
+const MAX_REFUSED: usize = 16;
 
 impl SocketFd {
     pub(super) fn count_dropped(&self, n: usize) {
@@ -25,6 +39,15 @@ impl SocketFd {
         if n > 0 {
             self.dropped.fetch_add(n as u64, Ordering::Relaxed);
         }
+    }
+
+    /// A send could not leave from `ip`.
+    pub(super) fn refuse_source(&self, ip: IpAddr) {
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if !refused.contains(&ip) && refused.len() < MAX_REFUSED {
+            refused.push(ip);
+        }
+        self.refused_any.store(true, Ordering::Relaxed);
     }
 
     pub(super) fn gso_enabled(&self) -> bool {

@@ -21,13 +21,16 @@ use std::io;
 use std::mem;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use braid_core::batch::PacketBatch;
 
 use super::cmsg::{arrival_time, gro_segment, CmsgBuf};
 use super::fd::SocketFd;
+use super::pktinfo;
 use crate::sockaddr::{decode_addr, UNSPECIFIED};
+use braid_core::batch::LocalAddr;
 
 /// Scratch buffers for coalesced messages, i.e. messages per `recvmmsg`
 /// with GRO on.
@@ -43,6 +46,8 @@ struct Coalesced {
     /// Bytes per datagram (the last may be shorter); `len` for a single one.
     segment: usize,
     addr: SocketAddr,
+    /// Which of our addresses it was sent to.
+    local: LocalAddr,
     time: Option<SystemTime>,
     /// The kernel cut it short: one empty slot stands for it.
     truncated: bool,
@@ -61,6 +66,13 @@ struct Pending {
     offset: usize,
     /// Most datagrams in one message of the last receive (at least 1).
     per_message: usize,
+    /// The message whose datagrams were longer than the batch's slots and
+    /// held back once, for a batch with bigger ones (its datagrams share
+    /// a length: offered to small slots again, all of them are dropped).
+    held: Option<usize>,
+    /// The longest datagram held back or dropped for the slots' size by
+    /// this receive (moved to the socket's count after it).
+    oversize: Option<usize>,
 }
 
 impl Pending {
@@ -71,6 +83,11 @@ impl Pending {
     /// Splits waiting messages into slots `start..` of `batch` (one datagram
     /// per slot, in order), stopping when the batch is full; returns the
     /// index of the first slot left free.
+    ///
+    /// A datagram longer than the slots (the peer's MTU is bigger than
+    /// ours, or went up before ours did) stops it the first time, so the
+    /// owner can come back with a batch whose slots hold it; the second
+    /// time it leaves its slot empty.
     fn hand_out(
         &mut self,
         batch: &mut PacketBatch,
@@ -94,12 +111,20 @@ impl Pending {
                 }
                 // offset < len here (it only grows until it reaches len).
                 let len = segment.min(m.len - self.offset);
+                if !m.truncated && len > stride {
+                    self.oversize = self.oversize.max(Some(len));
+                    if self.held != Some(self.next) {
+                        self.held = Some(self.next);
+                        return i;
+                    }
+                }
                 // A datagram longer than the slot cannot be delivered whole;
                 // like a truncated one it leaves its slot empty.
                 let kept = if m.truncated || len > stride { 0 } else { len };
                 batch.slot_buf_mut(i)[..kept]
                     .copy_from_slice(&buf[self.offset..self.offset + kept]);
                 batch.set_packet(i, 0, kept, m.addr);
+                batch.set_local(i, m.local);
                 if let Some(t) = times.as_deref_mut().and_then(|t| t.get_mut(i)) {
                     *t = m.time;
                 }
@@ -153,12 +178,13 @@ impl RxScratch {
         self.hdrs.resize_with(n, || unsafe { mem::zeroed() });
         self.iovs.resize_with(n, || unsafe { mem::zeroed() });
         self.addrs.resize_with(n, || unsafe { mem::zeroed() });
-        self.cmsgs.resize(n, [0; 12]);
+        self.cmsgs.resize(n, [0; 16]);
     }
 
-    /// Points message `k` at `iovs[k]` (already filled), `addrs[k]` and,
-    /// with `control`, at `cmsgs[k]`.
-    fn set_hdr(&mut self, k: usize, control: bool) {
+    /// Points message `k` at `iovs[k]` (already filled), `addrs[k]` and
+    /// `cmsgs[k]` (the local address, and the timestamp and GRO segment
+    /// size when asked for).
+    fn set_hdr(&mut self, k: usize) {
         let iov: *mut libc::iovec = &mut self.iovs[k];
         let name: *mut libc::sockaddr_storage = &mut self.addrs[k];
         let cmsg: *mut CmsgBuf = &mut self.cmsgs[k];
@@ -169,13 +195,8 @@ impl RxScratch {
         h.msg_hdr.msg_iov = iov;
         h.msg_hdr.msg_iovlen = 1;
         h.msg_hdr.msg_flags = 0;
-        if control {
-            h.msg_hdr.msg_control = cmsg.cast();
-            h.msg_hdr.msg_controllen = crate::sys::kernel_int(mem::size_of::<CmsgBuf>());
-        } else {
-            h.msg_hdr.msg_control = std::ptr::null_mut();
-            h.msg_hdr.msg_controllen = 0;
-        }
+        h.msg_hdr.msg_control = cmsg.cast();
+        h.msg_hdr.msg_controllen = crate::sys::kernel_int(mem::size_of::<CmsgBuf>());
     }
 }
 
@@ -190,7 +211,9 @@ impl SocketFd {
     ) -> io::Result<usize> {
         batch.clear();
         let mut filled = s.pending.hand_out(batch, 0, times.as_deref_mut());
-        if filled < batch.capacity() {
+        // Room left while messages still wait means one was held back for
+        // bigger slots: it must go first, so nothing new comes in.
+        if filled < batch.capacity() && s.pending.is_empty() {
             filled = if self.gro_enabled() {
                 self.recv_coalesced(s, batch, filled, times)?
             } else {
@@ -198,6 +221,9 @@ impl SocketFd {
             };
         }
         batch.set_len(filled);
+        if let Some(len) = s.pending.oversize.take() {
+            self.oversize.fetch_max(len, Ordering::Relaxed);
+        }
         Ok(filled)
     }
 
@@ -221,7 +247,7 @@ impl SocketFd {
                 iov_base: unsafe { base.add(k * stride) }.cast(),
                 iov_len: stride,
             };
-            s.set_hdr(k, times.is_some());
+            s.set_hdr(k);
         }
         // SAFETY: the first `n` headers point at live iovecs, sockaddr and
         // control buffers in `s`, and the iovecs at disjoint slots of the
@@ -231,12 +257,17 @@ impl SocketFd {
         for k in 0..got {
             let h = &s.hdrs[k].msg_hdr;
             let addr = decode_addr(&s.addrs[k], h.msg_namelen).unwrap_or(UNSPECIFIED);
+            // With MSG_TRUNC asked for, msg_len is the datagram's own
+            // length even when the slot took less of it.
             let len = if h.msg_flags & libc::MSG_TRUNC != 0 {
+                let whole = s.hdrs[k].msg_len as usize;
+                s.pending.oversize = s.pending.oversize.max(Some(whole));
                 0
             } else {
                 (s.hdrs[k].msg_len as usize).min(stride)
             };
             batch.set_packet(start + k, 0, len, addr);
+            batch.set_local(start + k, pktinfo::local_of(h));
             if let Some(t) = times.as_deref_mut().and_then(|t| t.get_mut(start + k)) {
                 *t = arrival_time(h);
             }
@@ -268,7 +299,7 @@ impl SocketFd {
                 iov_base: unsafe { base.add(k * COALESCED_BYTES) }.cast(),
                 iov_len: COALESCED_BYTES,
             };
-            s.set_hdr(k, true);
+            s.set_hdr(k);
         }
         // SAFETY: the first `n` headers point at live iovecs, sockaddr and
         // control buffers in `s`, and the iovecs at disjoint scratch
@@ -280,6 +311,7 @@ impl SocketFd {
         p.msgs.clear();
         p.next = 0;
         p.offset = 0;
+        p.held = None;
         p.per_message = 1;
         for k in 0..got {
             let h = &s.hdrs[k].msg_hdr;
@@ -298,6 +330,7 @@ impl SocketFd {
                 len,
                 segment,
                 addr: decode_addr(&s.addrs[k], h.msg_namelen).unwrap_or(UNSPECIFIED),
+                local: pktinfo::local_of(h),
                 time: if times.is_some() {
                     arrival_time(h)
                 } else {
@@ -323,7 +356,8 @@ impl SocketFd {
                     self.fd.as_raw_fd(),
                     hdrs.as_mut_ptr(),
                     hdrs.len() as libc::c_uint,
-                    crate::sys::kernel_int(libc::MSG_DONTWAIT),
+                    // MSG_TRUNC: a truncated datagram reports its length.
+                    crate::sys::kernel_int(libc::MSG_DONTWAIT | libc::MSG_TRUNC),
                     std::ptr::null_mut(),
                 )
             };
@@ -362,6 +396,7 @@ mod tests {
                 len,
                 segment,
                 addr: src(port),
+                local: LocalAddr::NONE,
                 time: Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(port as u64)),
                 truncated: false,
             });
@@ -473,10 +508,30 @@ mod tests {
         let mut p = pending(&[(6000, 3000, 1), (0, 0, 2), (10, 10, 3)]);
         p.msgs[2].truncated = true;
         let mut b = PacketBatch::new(8, 2048);
+        // Held back once for bigger slots, then dropped.
+        assert_eq!(p.hand_out(&mut b, 0, None), 0);
+        assert_eq!(p.oversize, Some(3000));
+        assert!(!p.is_empty());
         assert_eq!(p.hand_out(&mut b, 0, None), 4);
         let lens: Vec<usize> = (0..4).map(|i| b.packet(i).len()).collect();
         assert_eq!(lens, [0, 0, 0, 0]);
         let ports: Vec<u16> = (0..4).map(|i| b.addr(i).port()).collect();
         assert_eq!(ports, [1, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_datagram_held_back_goes_whole_into_bigger_slots() {
+        let mut p = pending(&[(300, 300, 1), (6000, 3000, 2), (10, 10, 3)]);
+        let mut small = PacketBatch::new(8, 2048);
+        assert_eq!(p.hand_out(&mut small, 0, None), 1);
+        assert_eq!(small.packet(0).len(), 300);
+        assert_eq!(p.oversize, Some(3000));
+        let mut big = PacketBatch::new(8, 4096);
+        assert_eq!(p.hand_out(&mut big, 0, None), 3);
+        let lens: Vec<usize> = (0..3).map(|i| big.packet(i).len()).collect();
+        assert_eq!(lens, [3000, 3000, 10]);
+        // Byte j of message 1 is j ^ its port: the second one starts at 3000.
+        assert_eq!(big.packet(1)[0], (3000usize as u8) ^ 2);
+        assert!(p.is_empty());
     }
 }

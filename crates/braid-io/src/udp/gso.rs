@@ -15,15 +15,15 @@
 
 use std::io;
 use std::mem;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use braid_core::batch::PacketBatch;
+use braid_core::batch::{LocalAddr, PacketBatch};
 
-use super::cmsg::{set_segment, SegmentCmsgBuf};
 use super::fd::SocketFd;
+use super::pktinfo::{self, SendCmsgBuf};
 use crate::poll::{self, Interest};
 use crate::sockaddr::{encode_addr, reachable};
 
@@ -48,6 +48,8 @@ pub(super) struct Datagram {
     pub slot: usize,
     pub addr: SocketAddr,
     pub len: usize,
+    /// Where it leaves from (`LocalAddr::NONE`: the routing table picks).
+    pub local: LocalAddr,
 }
 
 /// Datagrams `first..first + count` (indices into the datagram list) sent
@@ -85,24 +87,29 @@ pub(super) const SINGLE: Limits = Limits {
 pub(super) fn collect_datagrams(batch: &PacketBatch, line: Option<u16>, out: &mut Vec<Datagram>) {
     let primaries = (0..batch.len())
         .filter(|&i| line.is_none_or(|l| batch.line(i) == l))
-        .map(|i| (i, batch.addr(i)));
+        .map(|i| (i, batch.addr(i), batch.local(i)));
     let copies = batch
         .copies()
         .iter()
         .filter(|c| line.is_none_or(|l| c.line == l))
-        .map(|c| (c.slot, c.addr));
-    for (slot, addr) in primaries.chain(copies) {
+        .map(|c| (c.slot, c.addr, c.local));
+    for (slot, addr, local) in primaries.chain(copies) {
         let len = batch.packet(slot).len();
         if len > 0 {
-            out.push(Datagram { slot, addr, len });
+            out.push(Datagram {
+                slot,
+                addr,
+                len,
+                local,
+            });
         }
     }
 }
 
 /// Splits `datagrams[from..]` into messages, appended to `out`.
 ///
-/// A message is a run of consecutive datagrams to one address where all
-/// have the length of the first, except that a shorter one may end it
+/// A message is a run of consecutive datagrams to one address, from one
+/// local address, where all have the length of the first, except that a shorter one may end it
 /// (that is how the kernel cuts a GSO payload). A longer datagram, another
 /// address, or reaching a limit starts the next message; a datagram never
 /// moves past another, so order per destination holds.
@@ -118,6 +125,7 @@ pub(super) fn plan_groups(
             // bytes <= max_bytes, d.len <= a slot: the sum cannot overflow.
             let fits = !*closed
                 && *addr == d.addr
+                && datagrams[g.first].local == d.local
                 && d.len <= g.segment
                 && g.count < limits.max_segments
                 && *bytes + d.len <= limits.max_bytes;
@@ -152,7 +160,7 @@ pub(super) struct TxScratch {
     /// One per message (group).
     hdrs: Vec<libc::mmsghdr>,
     addrs: Vec<libc::sockaddr_storage>,
-    cmsgs: Vec<SegmentCmsgBuf>,
+    cmsgs: Vec<SendCmsgBuf>,
     /// One per datagram: a message's iovecs are its group's datagrams.
     iovs: Vec<libc::iovec>,
 }
@@ -180,7 +188,7 @@ impl TxScratch {
         self.hdrs.resize_with(n, || unsafe { mem::zeroed() });
         self.iovs.resize_with(n, || unsafe { mem::zeroed() });
         self.addrs.resize_with(n, || unsafe { mem::zeroed() });
-        self.cmsgs.resize(n, [0; 4]);
+        self.cmsgs.resize(n, [0; 8]);
     }
 
     /// Fills message headers `from..` for groups `from..`.
@@ -206,14 +214,28 @@ impl TxScratch {
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = crate::sys::kernel_int(g.count);
             h.msg_hdr.msg_flags = 0;
-            h.msg_hdr.msg_control = std::ptr::null_mut();
-            h.msg_hdr.msg_controllen = 0;
-            if g.count > 1 {
-                // Exact: with two or more datagrams the segment is below
-                // MAX_MESSAGE_BYTES, itself asserted to fit a u16.
-                set_segment(&mut h.msg_hdr, &mut self.cmsgs[k], g.segment as u16);
-            }
+            // Exact: with two or more datagrams the segment is below
+            // MAX_MESSAGE_BYTES, itself asserted to fit a u16.
+            let segment = (g.count > 1).then_some(g.segment as u16);
+            let local = self.datagrams[g.first].local;
+            pktinfo::set_send_control(&mut h.msg_hdr, &mut self.cmsgs[k], segment, local, ipv6);
         }
+    }
+
+    /// Message `k` again, leaving from the routing table's pick: its
+    /// local address is not ours any more.
+    fn without_local(&mut self, batch: &PacketBatch, ipv6: bool, k: usize) -> Option<IpAddr> {
+        let g = self.groups[k];
+        let gone = self.datagrams[g.first].local.ip;
+        for d in &mut self.datagrams[g.first..g.first + g.count] {
+            d.local = LocalAddr::NONE;
+        }
+        let rest = self.groups.split_off(k + 1);
+        self.groups.truncate(k);
+        self.groups.push(g);
+        self.build_messages(batch, ipv6, k);
+        self.groups.extend(rest);
+        gone
     }
 
     /// Datagrams in messages `from..to`.
@@ -283,6 +305,16 @@ impl SocketFd {
                         }
                     }
                     Some(libc::EBADF | libc::ENOTSOCK | libc::EFAULT) => return Err(e),
+                    // The source it was to leave from is no longer ours
+                    // (removed, or its interface went): it leaves from
+                    // the routing table's pick, now and from then on.
+                    Some(libc::EINVAL | libc::EADDRNOTAVAIL | libc::ENETUNREACH)
+                        if pktinfo::usable(s.datagrams[s.groups[pos].first].local, self.ipv6) =>
+                    {
+                        if let Some(ip) = s.without_local(batch, self.ipv6, pos) {
+                            self.refuse_source(ip);
+                        }
+                    }
                     Some(libc::EIO | libc::EINVAL) if s.groups[pos].count > 1 => {
                         // The kernel will not segment for us: from here on,
                         // one datagram per message.
@@ -323,7 +355,26 @@ mod tests {
             slot: 0,
             addr: addr.parse().unwrap(),
             len,
+            local: LocalAddr::NONE,
         }
+    }
+
+    #[test]
+    fn another_local_address_splits() {
+        let from = |ip: &str, len| Datagram {
+            local: LocalAddr {
+                ip: Some(ip.parse().unwrap()),
+                ifindex: 0,
+            },
+            ..dg(A, len)
+        };
+        let list = [
+            from("198.18.0.20", 1000),
+            from("198.18.0.20", 1000),
+            from("198.18.0.21", 1000),
+            dg(A, 1000),
+        ];
+        assert_eq!(plan(&list, GSO), [(0, 2, 1000), (2, 1, 1000), (3, 1, 1000)]);
     }
 
     /// (first, count, segment) of each planned message.

@@ -22,12 +22,14 @@ mod cmsg;
 mod fd;
 mod gro;
 mod gso;
+mod pktinfo;
 
 use std::io;
 use std::mem;
+use std::net::IpAddr;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -146,6 +148,10 @@ impl UdpSocket {
         })?;
         let port = decode_addr(&ss, len).map(|a| a.port()).unwrap_or(0);
 
+        // Which of our addresses each datagram arrives at: replies leave
+        // from there (a kernel without it only loses that).
+        let _ = pktinfo::enable(raw, ipv6);
+
         // A segment size of 0 means "none" (each send may give its own), so
         // setting it only asks whether the kernel knows UDP_SEGMENT.
         let gso = setsockopt_int(raw, libc::SOL_UDP, libc::UDP_SEGMENT, 0).is_ok();
@@ -159,6 +165,9 @@ impl UdpSocket {
                 dropped: AtomicU64::new(0),
                 gso: AtomicBool::new(gso),
                 gro: AtomicBool::new(gro),
+                oversize: AtomicUsize::new(0),
+                refused: Mutex::new(Vec::new()),
+                refused_any: AtomicBool::new(false),
             },
             rx: Mutex::new(RxScratch::default()),
             tx: Mutex::new(TxScratch::default()),
@@ -231,13 +240,34 @@ impl UdpSocket {
     ///
     /// Each datagram fills its slot from offset 0 (up to the whole stride)
     /// and carries its source address. A datagram longer than the stride
-    /// leaves its slot empty (`len == 0`).
+    /// leaves its slot empty (`len == 0`), or with GRO ends the batch once
+    /// to wait for bigger slots; [`take_oversize`](Self::take_oversize)
+    /// tells how big they must be.
     ///
     /// With GRO a full batch may leave datagrams behind in the socket's
     /// scratch ([`has_pending`](Self::has_pending)); the next call returns
     /// them first.
     pub fn recv_batch(&self, batch: &mut PacketBatch) -> io::Result<usize> {
         self.sock.recv_into(&mut lock(&self.rx), batch, None)
+    }
+
+    /// Local addresses sends could not leave from since the last call
+    /// (removed from the host): datagrams meant to leave from one left
+    /// from the routing table's pick instead. Tell whoever chose them.
+    pub fn take_refused_sources(&self) -> Vec<IpAddr> {
+        if !self.sock.refused_any.swap(false, Ordering::Relaxed) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *lock(&self.sock.refused))
+    }
+
+    /// The length of the longest datagram that the receives since the last
+    /// call found too long for the batch's slots. With GRO the first such
+    /// datagram waits: the next [`recv_batch`](Self::recv_batch) delivers
+    /// it first if that batch's slots hold it, and drops it if not.
+    /// Without GRO it was dropped. Either way, size the slots for it.
+    pub fn take_oversize(&self) -> Option<usize> {
+        Some(self.sock.oversize.swap(0, Ordering::Relaxed)).filter(|&len| len > 0)
     }
 
     /// Connects the socket to `to` (connect(2)): the kernel then delivers

@@ -384,6 +384,26 @@ pub fn snapshot(
                 ("rate_dropped_rx".to_string(), k.rate_dropped_rx),
             ]);
         }
+        // How packets to it are held to what its lines carry (`braid mtu`).
+        if let Some(limit) = info.mtu_limit {
+            p.extra.push(("mtu_limit".to_string(), limit as u64));
+        }
+        p.extra.push((
+            "joins_fragments".to_string(),
+            u64::from(info.joins_fragments),
+        ));
+        if let Some(payload) = info.fragment_payload {
+            p.extra
+                .push(("fragment_payload".to_string(), payload as u64));
+        }
+        if k.fragmented_tx + k.joined_rx + info.fragments_dropped > 0 {
+            p.extra.extend([
+                ("fragmented_tx".to_string(), k.fragmented_tx),
+                ("fragments_tx".to_string(), k.fragments_tx),
+                ("joined_rx".to_string(), k.joined_rx),
+                ("fragments_dropped".to_string(), info.fragments_dropped),
+            ]);
+        }
         if k.compressed_tx + k.compressed_rx + k.decompress_failed > 0 {
             p.extra.extend([
                 ("compressed_tx".to_string(), k.compressed_tx),

@@ -70,7 +70,7 @@
 //! sending is bulk; otherwise the main thread watches it next to the
 //! lines (see [`run_outbound`]).
 
-use super::batch::data_plane_batch;
+use super::batch::{data_plane_batch, fit, stride_for};
 use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
 use super::pmtu::{self, PathMtu};
@@ -81,7 +81,7 @@ use braid_core::device::{CryptoJobs, Device};
 use braid_core::mss::{self, MssLimit};
 use braid_io::{poll, Interest, Tun, TunRead, Waker};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,10 @@ pub struct Shared {
     /// The interface MTU as last read, for `MssFix = auto`; the data-plane
     /// threads read it per batch without taking the device lock.
     tunnel_mtu: AtomicU32,
+    /// The slot size every batch needs now: for the interface MTU, or a
+    /// longer packet or datagram that came (it only grows). Each thread
+    /// grows its batches to it before it next uses them.
+    stride: AtomicUsize,
     /// Path MTU: the TUN MTU that follows the paths, too-big answers.
     pub path_mtu: PathMtu,
     /// Whoever holds it sends from the TUN.
@@ -136,13 +140,14 @@ pub struct Scratch {
 
 impl Scratch {
     fn new(
+        stride: usize,
         helpers: usize,
         name: &str,
         parts_handed_out: Arc<AtomicU64>,
     ) -> std::io::Result<Scratch> {
         Ok(Scratch {
-            batch: data_plane_batch(),
-            control: data_plane_batch(),
+            batch: data_plane_batch(stride),
+            control: data_plane_batch(stride),
             jobs: CryptoJobs::new(),
             helpers: CryptoHelpers::new(helpers, name, parts_handed_out)?,
         })
@@ -173,6 +178,7 @@ impl Shared {
             crypto_helpers: helpers,
         } = settings;
         let helper_parts = Arc::new(AtomicU64::new(0));
+        let stride = stride_for(mtu as usize);
         Ok(Shared {
             device: Mutex::new(device),
             tun,
@@ -183,9 +189,20 @@ impl Shared {
             stop: AtomicBool::new(false),
             mss_fix,
             tunnel_mtu: AtomicU32::new(mtu),
+            stride: AtomicUsize::new(stride),
             path_mtu,
-            sender: Mutex::new(Scratch::new(helpers, "braid-seal", helper_parts.clone())?),
-            receiver: Mutex::new(Scratch::new(helpers, "braid-open", helper_parts.clone())?),
+            sender: Mutex::new(Scratch::new(
+                stride,
+                helpers,
+                "braid-seal",
+                helper_parts.clone(),
+            )?),
+            receiver: Mutex::new(Scratch::new(
+                stride,
+                helpers,
+                "braid-open",
+                helper_parts.clone(),
+            )?),
             crypto_helpers: helpers,
             helper_parts,
             outbound_watches_tun: AtomicBool::new(false),
@@ -193,10 +210,29 @@ impl Shared {
         })
     }
 
-    /// Records a new interface MTU for the device and the MSS clamp.
+    /// Records a new interface MTU for the device, the MSS clamp, the
+    /// path MTU's limits and the batches' slots.
     pub fn set_mtu(&self, mtu: u32) {
+        self.need_slots_for(mtu as usize);
         self.device().set_mtu(mtu as usize);
         self.tunnel_mtu.store(mtu, Ordering::Relaxed);
+        self.path_mtu.interface_mtu_set(mtu);
+    }
+
+    /// The slot size every batch needs now (see `stride`).
+    pub fn stride(&self) -> usize {
+        self.stride.load(Ordering::Relaxed)
+    }
+
+    /// Packets (or datagrams) of `len` bytes have to fit every batch from
+    /// now on; raised before such a packet is handed to anyone, so the
+    /// device never gets one longer than another thread's slots.
+    pub fn need_slots_for(&self, len: usize) {
+        let stride = stride_for(len);
+        let was = self.stride.fetch_max(stride, Ordering::Relaxed);
+        if stride > was {
+            eprintln!("braid: batch slots grow to {stride} bytes (for {len}-byte packets)");
+        }
     }
 
     /// The interface MTU as last set or read.
@@ -227,6 +263,24 @@ impl Shared {
 
     pub fn lines(&self) -> RwLockReadGuard<'_, Lines> {
         self.lines.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends a batch on its lines. A local address a datagram could not
+    /// leave from (removed from the host) is forgotten, so the next ones
+    /// leave from the routing table's pick without trying it first.
+    pub fn send(&self, batch: &PacketBatch) -> std::io::Result<()> {
+        let refused = {
+            let lines = self.lines();
+            lines.send(batch)?;
+            lines.take_refused_sources()
+        };
+        if !refused.is_empty() {
+            let mut device = self.device();
+            for ip in refused {
+                device.forget_local_address(ip);
+            }
+        }
+        Ok(())
     }
 
     /// The lines, to open or close one (a reload); the data plane waits.
@@ -292,6 +346,7 @@ impl Shared {
         if let Some(mtu) = self.path_mtu.follow(target, name, &self.tun) {
             self.set_mtu(mtu);
         }
+        self.path_mtu.log_notices(name, &mut self.device());
     }
 
     /// Tells each path's search how big its local line allows (every few
@@ -301,10 +356,11 @@ impl Shared {
             return;
         }
         let routes = self.device().path_routes();
+        let largest = self.path_mtu.search_ceiling();
         for route in routes {
             let bind = self.lines().bind(route.line).cloned();
             if let Some(mtu) = pmtu::line_mtu(bind.as_ref(), route.remote) {
-                self.device().set_path_link_mtu(now, route, mtu);
+                self.device().set_path_link_mtu(now, route, mtu, largest);
             }
         }
     }
@@ -328,7 +384,21 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
         jobs,
         helpers,
     } = sender;
-    let read = shared.tun.read_batch(batch)?;
+    fit(batch, shared.stride());
+    let mut read = shared.tun.read_batch(batch)?;
+    // A packet longer than the slots (the MTU went up just now) waits in
+    // the TUN for bigger ones; a few rounds at most, as the slots only grow.
+    for _ in 0..3 {
+        let Some(len) = read.oversize.filter(|_| read.packets == 0) else {
+            break;
+        };
+        shared.need_slots_for(len);
+        fit(batch, shared.stride());
+        read = shared.tun.read_batch(batch)?;
+    }
+    if let Some(len) = read.oversize {
+        shared.need_slots_for(len);
+    }
     if read.packets == 0 {
         return Ok(read);
     }
@@ -345,7 +415,7 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
         )
     };
     helpers.seal(jobs, batch);
-    shared.lines().send(batch)?;
+    shared.send(batch)?;
     if too_big {
         shared
             .path_mtu
@@ -365,11 +435,12 @@ pub fn transmit_pending(
     now: Instant,
     out: &mut PacketBatch,
 ) -> std::io::Result<()> {
+    fit(out, shared.stride());
     loop {
         out.clear();
         let more = shared.device().poll_transmit(now, out);
         if !out.is_empty() {
-            shared.lines().send(out)?;
+            shared.send(out)?;
         }
         if !more {
             return Ok(());
@@ -537,13 +608,28 @@ pub fn receive_from_line(
     let mut received = 0;
     for _ in 0..max_batches {
         let now = Instant::now();
+        fit(batch, shared.stride());
+        fit(control, shared.stride());
         // Whether an unknown TCP connection spoke is read under the same
         // lock as the receive, not a second one per batch.
-        let (n, strangers) = {
+        let (n, strangers, oversize) = {
             let lines = shared.lines();
             let n = lines.recv(line, batch)?;
-            (n, n > 0 && tcp_lines::strangers_spoke(&lines, line, now))
+            let oversize = lines.take_oversize(line);
+            (
+                n,
+                n > 0 && tcp_lines::strangers_spoke(&lines, line, now),
+                oversize,
+            )
         };
+        // A datagram longer than the slots (a peer's MTU is bigger, or
+        // went up first): with GRO it waits for the next round.
+        if let Some(len) = oversize {
+            shared.need_slots_for(len);
+            if n == 0 {
+                continue;
+            }
+        }
         if n == 0 {
             break;
         }
@@ -589,6 +675,7 @@ fn write_released_into(
     now: Instant,
     out: &mut PacketBatch,
 ) -> std::io::Result<usize> {
+    fit(out, shared.stride());
     let mut written = 0;
     loop {
         out.clear();

@@ -142,6 +142,13 @@ impl Lines {
         self.sockets[line].recv(line as u16, batch)
     }
 
+    /// The longest datagram line `line` last found too long for the
+    /// batch's slots (see `UdpSocket::take_oversize`; TCP lines take
+    /// frames of any length).
+    pub fn take_oversize(&self, line: usize) -> Option<usize> {
+        self.sockets[line].udp()?.take_oversize()
+    }
+
     /// Sends a batch, each datagram (and copy) on the line it names.
     pub fn send(&self, batch: &PacketBatch) -> io::Result<()> {
         if self.sockets.len() == 1 {
@@ -153,6 +160,17 @@ impl Lines {
             socket.send(line as u16, batch)?;
         }
         Ok(())
+    }
+
+    /// Local addresses a send on some line could not leave from since the
+    /// last call (see `UdpSocket::take_refused_sources`); empty, without
+    /// allocating, when there were none.
+    pub fn take_refused_sources(&self) -> Vec<IpAddr> {
+        let mut all = Vec::new();
+        for socket in self.udp_sockets() {
+            all.extend(socket.take_refused_sources());
+        }
+        all
     }
 
     /// Datagrams dropped on send, all lines together (saturating: a sum

@@ -33,7 +33,7 @@ pub mod tcp_lines;
 use crate::background::{self, ReadyPipe};
 use crate::config::{Config, MssFix, Transport};
 use crate::uapi::{socket_path, Errno, PeerUpdate, Request, Response, SetRequest};
-use batch::{data_plane_batch, BATCH, MAX_MTU};
+use batch::{data_plane_batch, stride_for, BATCH};
 use braid_core::batch::PacketBatch;
 use braid_core::device::Device;
 use braid_io::{netcfg, poll, Interest, Tun, UdpSocket, Waker};
@@ -215,12 +215,6 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         .as_ref()
         .and_then(|c| c.interface.mtu)
         .unwrap_or(1420);
-    if mtu > MAX_MTU {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("MTU {mtu} is above braid's maximum of {MAX_MTU}"),
-        ));
-    }
     netcfg::link_set_mtu(name, mtu)?;
     let waker = Arc::new(Waker::new()?);
     background::install_stop_signals(waker.as_raw_fd());
@@ -339,7 +333,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         )?),
         state,
         requests,
-        control_batch: data_plane_batch(),
+        control_batch: data_plane_batch(stride_for(mtu as usize)),
         routes: installed,
         guardian,
         events: events::EventWatch::default(),

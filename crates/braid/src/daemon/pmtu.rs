@@ -19,6 +19,7 @@ use crate::config::Bind;
 use braid_core::batch::{PacketBatch, HEADROOM};
 use braid_core::device::Device;
 use braid_core::icmp;
+use braid_core::pmtud::MIN_PLPMTU;
 use braid_io::{netcfg, Tun};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -33,14 +34,20 @@ const CEILING_REFRESH: Duration = Duration::from_secs(5);
 /// into a flood of answers).
 const ANSWER_BURST: f64 = 20.0;
 const ANSWERS_PER_SECOND: f64 = 100.0;
+/// The largest TUN MTU braid sets by itself, following the paths: a
+/// 9000-byte jumbo line's, over IPv4. Beyond it the MTU is the user's to
+/// set (`MTU =`, up to 65535).
+pub const AUTO_CEILING: usize = 9000 - 60;
 /// Answers per batch slot: room for the largest (an ICMPv6 of 1280 bytes).
 const ANSWER_SLOT: usize = 1280 + HEADROOM + 64;
 
 pub struct PathMtu {
     /// The config fixes no `MTU =`: the TUN MTU follows the paths.
     auto: bool,
-    /// The MTU used when no path says anything: the configured or default one.
-    default: u32,
+    /// The MTU used when no path says anything: the configured or default
+    /// one; with the MTU fixed, the interface's as last set (wg-quick, or
+    /// `ip link set … mtu` where the interface is).
+    default: AtomicU32,
     /// Inner packets longer than this are answered as too big (0: no limit
     /// known yet). Read per batch by the outbound thread.
     limit: AtomicU32,
@@ -78,7 +85,7 @@ impl PathMtu {
     pub fn new(configured: Option<u32>, mtu: u32, batch: usize) -> PathMtu {
         PathMtu {
             auto: configured.is_none(),
-            default: mtu,
+            default: AtomicU32::new(mtu),
             limit: AtomicU32::new(0),
             applied: AtomicU32::new(mtu),
             refused: AtomicU32::new(0),
@@ -105,9 +112,31 @@ impl PathMtu {
     /// and answers longer packets to a peer whose paths carry less itself
     /// (see [`PathMtu::write_peer_answers`]).
     pub fn target(&self, device: &mut Device) -> u32 {
-        let target = device.refresh_path_mtus(self.default as usize);
+        let default = self.default.load(Ordering::Relaxed) as usize;
+        let target = device.refresh_path_mtus(default, !self.auto);
         device.set_padding_cap(target);
         capped_mtu(target)
+    }
+
+    /// The interface MTU is `mtu` now. With the MTU fixed that is what
+    /// the paths are held to (and searched up to); either way the lines'
+    /// ceilings are looked up again at once.
+    pub fn interface_mtu_set(&self, mtu: u32) {
+        if !self.auto {
+            self.default.store(mtu, Ordering::Relaxed);
+        }
+        *self.next_refresh.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The largest size each path's search looks for: with the MTU fixed,
+    /// the interface's (a bigger one is never sent); following the paths,
+    /// [`AUTO_CEILING`] (what braid sets the TUN to by itself).
+    pub fn search_ceiling(&self) -> usize {
+        if self.auto {
+            AUTO_CEILING
+        } else {
+            self.default.load(Ordering::Relaxed) as usize
+        }
     }
 
     /// Writes the device's ICMP "too big" answers (packets too long for
@@ -153,7 +182,13 @@ impl PathMtu {
             Ok(()) => {
                 self.refused.store(0, Ordering::Relaxed);
                 let was = self.applied.swap(target, Ordering::Relaxed);
-                crate::info!(name, "path MTU: tunnel MTU {was} -> {target}");
+                let ipv6 = if (target as usize) < MIN_PLPMTU {
+                    " (below 1280: IPv6 cannot pass; a stock WireGuard peer's line carries \
+                     no more, and only braid peers take packets in pieces)"
+                } else {
+                    ""
+                };
+                crate::info!(name, "path MTU: tunnel MTU {was} -> {target}{ipv6}");
                 Some(target)
             }
             Err(e) => {
@@ -161,6 +196,34 @@ impl PathMtu {
                 crate::warn!(name, "cannot set the tunnel MTU to {target}: {e}");
                 None
             }
+        }
+    }
+
+    /// Logs how peers' packets go now where that changed (held below IPv6's
+    /// 1280 bytes, split into fragments, or neither any more).
+    pub fn log_notices(&self, name: &str, device: &mut Device) {
+        let mut notices = Vec::new();
+        device.take_mtu_notices(&mut notices);
+        for n in notices {
+            let peer = key_text(&n.public_key);
+            let line = match (n.fragment_payload, n.limit) {
+                (Some(_), _) => format!(
+                    "peer {peer}: its lines carry less than the packets sent to it; longer ones \
+                     go in pieces, which the peer joins (braid fragments; `braid mtu` shows the \
+                     size)"
+                ),
+                (None, Some(limit)) if n.ipv6_blocked() => format!(
+                    "peer {peer}: its lines carry {limit}-byte packets at most, below IPv6's \
+                     1280: IPv6 cannot pass{}",
+                    if n.joins_fragments {
+                        ""
+                    } else {
+                        " (the peer does not take packets in pieces: stock WireGuard)"
+                    }
+                ),
+                _ => format!("peer {peer}: its packets go whole again"),
+            };
+            crate::info!(name, "path MTU: {line}");
         }
     }
 
@@ -301,6 +364,11 @@ pub fn snapshot(p: &braid_core::pmtud::Pmtud) -> Option<crate::uapi::PmtuSnapsho
         probes_lost: p.counters.probes_lost,
         black_holes: p.counters.black_holes,
     })
+}
+
+/// A public key as config files write it (it is no secret).
+fn key_text(key: &[u8; 32]) -> String {
+    crate::keys::PublicKey::from_bytes(*key).to_base64()
 }
 
 #[cfg(test)]

@@ -295,7 +295,7 @@ pub const PEER: &[Export] = &[
         "repair_wait_us",
         "braid_peer_repair_wait_seconds",
         US,
-        "How long a gap waits for a repair before it is asked for.",
+        "How long a gap asked for waits for its repair.",
     ),
 counter(
         "gaps_by_hold",
@@ -359,6 +359,38 @@ counter(
         "too_big",
         "braid_peer_too_big_packets_total",
         "Packets too big for the peer's path.",
+    ),
+    gauge(
+        "joins_fragments",
+        "braid_peer_joins_fragments",
+        1.0,
+        "1 when the peer takes packets in pieces (a braid peer that agreed to it).",
+    ),
+    gauge(
+        "fragment_payload",
+        "braid_peer_fragment_payload_bytes",
+        1.0,
+        "Largest piece of a packet sent to the peer, when its lines need pieces.",
+    ),
+    counter(
+        "fragmented_tx",
+        "braid_peer_fragmented_sent_packets_total",
+        "Packets sent to the peer in pieces.",
+    ),
+    counter(
+        "fragments_tx",
+        "braid_peer_fragments_sent_total",
+        "Pieces sent to the peer.",
+    ),
+    counter(
+        "joined_rx",
+        "braid_peer_joined_received_packets_total",
+        "Packets received from the peer in pieces and joined again.",
+    ),
+    counter(
+        "fragments_dropped",
+        "braid_peer_fragments_dropped_total",
+        "Pieces from the peer dropped: incomplete in time, or over the memory bound.",
     ),
     counter(
         "compressed_tx",

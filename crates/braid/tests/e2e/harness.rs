@@ -176,6 +176,8 @@ fn apt_package(tool: &str) -> &'static str {
         "ip" | "ss" => "iproute2",
         "tcpdump" => "tcpdump",
         "qemu-aarch64" | "qemu-x86_64" => "qemu-user",
+        "resolvconf" => "openresolv",
+        "nft" => "nftables",
         "systemd-analyze" => "systemd",
         "dpkg" | "dpkg-deb" => "dpkg",
         "useradd" => "passwd",

@@ -6,7 +6,8 @@ use super::netns::Netns;
 use super::process::LabResult;
 use super::process::{wait_until, ChildGuard, LONG, SHORT};
 use super::uapi::sock_path;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// `wireguard-go -f NAME` in a namespace. On drop: SIGTERM/SIGKILL by
 /// PID, socket file removed.
@@ -20,7 +21,18 @@ impl WgGo {
     /// Starts interface `ifname` in `ns` with `conf`; its log and setconf
     /// file go to `dir`.
     pub fn start(ns: &Netns, ifname: &str, conf: &IfaceConf, dir: &Path) -> LabResult<WgGo> {
-        let mut c = ns.cmd("wireguard-go");
+        Self::start_exe(Path::new("wireguard-go"), ns, ifname, conf, dir)
+    }
+
+    /// [`WgGo::start`] with the wireguard-go at `exe` (e.g. [`reference`]'s).
+    pub fn start_exe(
+        exe: &Path,
+        ns: &Netns,
+        ifname: &str,
+        conf: &IfaceConf,
+        dir: &Path,
+    ) -> LabResult<WgGo> {
+        let mut c = ns.cmd(exe);
         c.args(["-f", ifname]).env("LOG_LEVEL", "debug");
         let log = dir.join(format!("{ifname}.wireguard-go.log"));
         let name = format!("wireguard-go {ifname}");
@@ -65,4 +77,26 @@ impl Drop for WgGo {
         self.child.terminate();
         let _ = std::fs::remove_file(sock_path(&self.ifname));
     }
+}
+
+/// The wireguard-go a reference run uses, and what its `--version` says:
+/// the newest (bench/compare's cache, see
+/// [`newest_wireguard_go_path`](super::mptcp::newest_wireguard_go_path),
+/// or `go install`'s default `~/go/bin/wireguard`) when one is there, else
+/// Debian's `wireguard-go` from the PATH.
+pub fn reference() -> (PathBuf, String) {
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let candidates = [
+        super::mptcp::newest_wireguard_go_path(),
+        Path::new(&home).join("go/bin/wireguard"),
+    ];
+    let exe = candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("wireguard-go"));
+    let mut c = Command::new(&exe);
+    c.arg("--version");
+    let out = super::process::run_bounded(c, SHORT);
+    let version = out.stdout.lines().next().unwrap_or("").trim().to_string();
+    (exe, version)
 }
