@@ -28,6 +28,8 @@ const ENTRIES_PER_PEER: usize = 2 * crate::path::MAX_PATHS;
 #[derive(Debug, Default)]
 pub(super) struct StickySources {
     map: HashMap<(u16, SocketAddr), LocalAddr>,
+    /// The entry noted last, in the map too.
+    last_noted: Option<((u16, SocketAddr), LocalAddr)>,
 }
 
 impl Device {
@@ -36,6 +38,12 @@ impl Device {
         if local.ip.is_none() {
             return;
         }
+        // Most datagrams come from the peer that sent the one before, to
+        // the same address: no hashing then.
+        if self.sticky.last_noted == Some(((line, remote), local)) {
+            return;
+        }
+        self.sticky.last_noted = Some(((line, remote), local));
         let map = &mut self.sticky.map;
         if map.get(&(line, remote)) == Some(&local) {
             return;
@@ -74,6 +82,7 @@ impl Device {
     /// table's pick until the peer writes to an address we have.
     pub fn forget_local_address(&mut self, ip: IpAddr) {
         self.sticky.map.retain(|_, local| local.ip != Some(ip));
+        self.sticky.last_noted = None;
     }
 
     /// The local address datagrams to `remote` on `line` leave from (for

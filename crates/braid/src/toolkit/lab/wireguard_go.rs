@@ -80,19 +80,19 @@ impl Drop for WgGo {
 }
 
 /// The wireguard-go a reference run uses, and what its `--version` says:
-/// the newest (bench/compare's cache, see
-/// [`newest_wireguard_go_path`](super::mptcp::newest_wireguard_go_path),
+/// `$BRAID_WIREGUARD_GO` when set, else the newest (bench/compare's cache,
+/// see [`newest_wireguard_go_path`](super::mptcp::newest_wireguard_go_path),
 /// or `go install`'s default `~/go/bin/wireguard`) when one is there, else
 /// Debian's `wireguard-go` from the PATH.
 pub fn reference() -> (PathBuf, String) {
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let chosen = std::env::var_os("BRAID_WIREGUARD_GO").map(PathBuf::from);
     let candidates = [
         super::mptcp::newest_wireguard_go_path(),
         Path::new(&home).join("go/bin/wireguard"),
     ];
-    let exe = candidates
-        .into_iter()
-        .find(|p| p.is_file())
+    let exe = chosen
+        .or_else(|| candidates.into_iter().find(|p| p.is_file()))
         .unwrap_or_else(|| PathBuf::from("wireguard-go"));
     let mut c = Command::new(&exe);
     c.arg("--version");
