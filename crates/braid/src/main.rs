@@ -178,6 +178,8 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
+    // Before anything can start a thread: what exists now is not braid's.
+    braid::threads::note_start();
     // `braid -f NAME` is wireguard-go's own order (`wireguard-go -f NAME`);
     // clap would take the leading flag for one of its own.
     let raw: Vec<String> = std::env::args().skip(1).collect();

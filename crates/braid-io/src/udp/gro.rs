@@ -196,7 +196,7 @@ impl RxScratch {
         h.msg_hdr.msg_iovlen = 1;
         h.msg_hdr.msg_flags = 0;
         h.msg_hdr.msg_control = cmsg.cast();
-        h.msg_hdr.msg_controllen = mem::size_of::<CmsgBuf>() as _;
+        h.msg_hdr.msg_controllen = crate::sys::kernel_int(mem::size_of::<CmsgBuf>());
     }
 }
 
@@ -357,7 +357,7 @@ impl SocketFd {
                     hdrs.as_mut_ptr(),
                     hdrs.len() as libc::c_uint,
                     // MSG_TRUNC: a truncated datagram reports its length.
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    crate::sys::kernel_int(libc::MSG_DONTWAIT | libc::MSG_TRUNC),
                     std::ptr::null_mut(),
                 )
             };

@@ -28,6 +28,7 @@ mod crypto_helpers;
 mod cryptokey_routing;
 mod doctor;
 mod doctor_paths;
+mod emulated;
 mod fail_closed;
 mod faults;
 mod fragments;
