@@ -339,16 +339,18 @@ fn send_from(
     header.msg_name = (&addr as *const libc::sockaddr_in).cast_mut().cast();
     header.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     header.msg_iov = &mut iov;
-    header.msg_iovlen = 1;
+    header.msg_iovlen = braid_io::kernel_int(1usize);
     header.msg_control = control.as_mut_ptr().cast();
-    header.msg_controllen = space as usize;
+    header.msg_controllen = braid_io::kernel_int(space);
     // SAFETY: the control buffer holds CMSG_SPACE(in_pktinfo) bytes, so the
     // first header and its data fit in it.
     unsafe {
         let cmsg = libc::CMSG_FIRSTHDR(&header);
         (*cmsg).cmsg_level = libc::IPPROTO_IP;
         (*cmsg).cmsg_type = libc::IP_PKTINFO;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::in_pktinfo>() as u32) as usize;
+        (*cmsg).cmsg_len = braid_io::kernel_int(libc::CMSG_LEN(
+            std::mem::size_of::<libc::in_pktinfo>() as u32,
+        ));
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>(), info);
     }
     // SAFETY: header points at live buffers of the lengths it gives.
