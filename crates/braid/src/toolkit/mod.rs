@@ -26,6 +26,7 @@ pub fn own_usage(words: &[&str]) -> Option<&'static str> {
         ["bench", "handshake-flood"] => bench::flood::USAGE,
         ["bench", "echo"] => bench::echo::USAGE,
         ["bench", "tunnel"] => bench::tunnel::USAGE,
+        ["bench", "peers"] => bench::peers::USAGE,
         _ => return None,
     })
 }
@@ -42,6 +43,7 @@ mod tests {
             &["bench", "handshake-flood"],
             &["bench", "echo"],
             &["bench", "tunnel"],
+            &["bench", "peers"],
         ] {
             let usage = super::own_usage(words).unwrap();
             let head = format!("usage: braid {} ", words.join(" "));

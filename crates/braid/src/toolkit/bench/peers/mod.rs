@@ -30,7 +30,7 @@ use crate::toolkit::lab;
 use std::path::PathBuf;
 use std::time::Duration;
 
-const USAGE: &str = "\
+pub const USAGE: &str = "\
 usage: braid bench peers [--peers LIST] [--vpn LIST] [--handshake-peers N]
            [--spread S] [--idle-seconds S] [--tcp-seconds S] [--pings N] [--json]
 
