@@ -135,7 +135,6 @@ impl Device {
         jobs: &mut CryptoJobs,
     ) {
         self.finish_initiations(now, jobs);
-        self.receive_route.forget();
         for job in jobs.jobs() {
             let i = job.slot;
             let (src, line, offset) = (batch.addr(i), batch.line(i), batch.offset(i));
