@@ -142,12 +142,15 @@ impl Pair {
         }
     }
 
-    /// Moves simulated time on and fires both devices' timers.
+    /// Moves simulated time on, fires both devices' timers and answers a
+    /// budget of their queued initiations (a driver's wake-up).
     pub fn advance(&mut self, by: Duration) {
         self.net.now += by;
         let now = self.net.now;
         self.a_mut().handle_timeout(now);
+        self.a_mut().answer_queued_initiations(now);
         self.b_mut().handle_timeout(now);
+        self.b_mut().answer_queued_initiations(now);
     }
 
     /// An IP packet enters A's (`on_a`) or B's TUN. What the device seals

@@ -34,6 +34,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub struct AllowedIps<T> {
     v4: Trie<T>,
     v6: Trie<T>,
+    /// Moves on with every change (see [`generation`](Self::generation)).
+    generation: u64,
 }
 
 /// A prefix length longer than the address it applies to.
@@ -67,7 +69,15 @@ impl<T: Copy + Eq> AllowedIps<T> {
         AllowedIps {
             v4: Trie::new(),
             v6: Trie::new(),
+            generation: 0,
         }
+    }
+
+    /// A number that is different after any change to the table (an
+    /// insertion, a removal, a clear): an answer remembered with it holds
+    /// while it is the same (`device::route_memo`).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Maps `addr/prefix` to `value`, ignoring host bits of `addr` beyond
@@ -131,6 +141,7 @@ impl<T: Copy + Eq> AllowedIps<T> {
 
     /// Removes every entry that maps to `value` (a peer being removed).
     pub fn remove_value(&mut self, value: T) {
+        self.generation = self.generation.wrapping_add(1);
         self.v4.remove_value(value);
         self.v6.remove_value(value);
     }
@@ -222,6 +233,7 @@ impl<T: Copy + Eq> AllowedIps<T> {
     }
 
     pub fn clear(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
         self.v4 = Trie::new();
         self.v6 = Trie::new();
     }
@@ -240,6 +252,8 @@ impl<T: Copy + Eq> AllowedIps<T> {
         if prefix > bits {
             return Err(InvalidPrefix { addr, prefix });
         }
+        // Every change goes through here (or `remove_value`, `clear`).
+        self.generation = self.generation.wrapping_add(1);
         Ok((trie, key))
     }
 }

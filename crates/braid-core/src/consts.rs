@@ -34,10 +34,20 @@ pub const MAX_STAGED_PACKETS: usize = 128;
 pub const UNDER_LOAD_HANDSHAKES_PER_SECOND: u32 = 256;
 /// Once under load, stay so for this long.
 pub const UNDER_LOAD_AFTER: Duration = Duration::from_secs(1);
-/// Handshake messages given Diffie-Hellman work per received batch; the
-/// rest of the batch's handshakes are dropped, so a flood of well-formed
-/// initiations cannot hold up the data packets around them.
+/// Handshake messages given Diffie-Hellman work per received batch (or
+/// per wake-up of the driver that drains the initiation queue), so a flood
+/// of well-formed initiations cannot hold up the data packets around them.
+/// Admitted initiations beyond it wait in the initiation queue; responses
+/// beyond it are dropped.
 pub const MAX_HANDSHAKES_PER_BATCH: u32 = 8;
+/// Admitted initiations (mac1 valid; under load mac2 too) that wait for
+/// their Diffie-Hellman work at most (wireguard-go's QueueHandshakeSize);
+/// one more is dropped and counted.
+pub const MAX_QUEUED_INITIATIONS: usize = 1024;
+/// With this many initiations waiting the device is under load, as with
+/// more than `UNDER_LOAD_HANDSHAKES_PER_SECOND` (wireguard-go: an eighth
+/// of its queue).
+pub const UNDER_LOAD_QUEUED_INITIATIONS: usize = MAX_QUEUED_INITIATIONS / 8;
 /// Peers one device holds (as the Linux module's MAX_PEERS_PER_DEVICE).
 pub const MAX_PEERS: usize = 1 << 20;
 /// Control messages (handshakes, cookies, keepalives) waiting for output.

@@ -19,8 +19,15 @@ use std::time::{Duration, Instant};
 pub const HANDSHAKES_PER_SOURCE_PER_SECOND: u64 = 20;
 /// Handshake messages one source may send back to back.
 pub const HANDSHAKE_BURST_PER_SOURCE: u64 = 5;
-/// Sources tracked at once; beyond this a new source is refused.
-pub const MAX_RATELIMITED_SOURCES: usize = 8192;
+/// Sources tracked at once; beyond this a new source is refused. The
+/// Linux module's largest table (`max_entries`, 8 × 8192 buckets on a
+/// host with more than 1 GiB): 10,000 peers of a server that restarted
+/// come back with their cookies within about two seconds, and an idle
+/// source is collected only after `SOURCE_IDLE_EXPIRY`; 8192 refused over
+/// a thousand of them in `braid bench peers` (each then waited 5 s for its
+/// next try). At most a few MB, and only sources that proved their
+/// address with a mac2.
+pub const MAX_RATELIMITED_SOURCES: usize = 65_536;
 /// A source unseen this long is forgotten (its bucket is full again by then).
 pub const SOURCE_IDLE_EXPIRY: Duration = Duration::from_secs(1);
 

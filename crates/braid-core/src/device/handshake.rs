@@ -1,9 +1,11 @@
 //! Handshake messages in and out: initiation, response, cookie reply.
 
 use super::jobs::CryptoJobs;
-use super::state::{Device, IndexEntry};
+use super::state::{Device, IndexEntry, QueuedInitiation};
 use crate::batch::LocalAddr;
-use crate::consts::INITIATIONS_PER_SECOND;
+use crate::consts::{
+    INITIATIONS_PER_SECOND, MAX_HANDSHAKES_PER_BATCH, MAX_QUEUED_INITIATIONS, REKEY_TIMEOUT,
+};
 use crate::messages::{self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN};
 use crate::noise;
 use crate::peer::PeerId;
@@ -91,14 +93,16 @@ impl Device {
 
     /// mac1 always; under load mac2 too, else answer with a cookie reply,
     /// and a sender that proved its address is still held to its rate
-    /// (WireGuard's order). Whatever passes spends the batch's budget.
+    /// (WireGuard's order). A response that passes spends the batch's
+    /// budget (or is dropped over it); an initiation that passes is queued
+    /// and spends the budget when it is taken from the queue.
     fn admit(
         &mut self,
         now: Instant,
         msg: &[u8],
-        line: u16,
-        src: SocketAddr,
+        (line, src): (u16, SocketAddr),
         sender_index: u32,
+        spend_budget: bool,
     ) -> Admission {
         let Some(checker) = self.checker.as_ref() else {
             return Admission::Drop;
@@ -127,47 +131,115 @@ impl Device {
                 return Admission::Drop;
             }
         }
-        if self.handshake_budget == 0 {
-            self.counters.handshake_over_budget =
-                self.counters.handshake_over_budget.saturating_add(1);
-            return Admission::Drop;
+        if spend_budget {
+            if self.handshake_budget == 0 {
+                self.counters.handshake_over_budget =
+                    self.counters.handshake_over_budget.saturating_add(1);
+                return Admission::Drop;
+            }
+            self.handshake_budget -= 1; // not 0: checked above
         }
-        self.handshake_budget -= 1; // not 0: checked above
         Admission::Proceed
     }
 
-    /// An initiation arrived: once the checks that need the
-    /// device pass (macs, cookies under load, rate limits, the batch's
-    /// budget), its DH work becomes a job (see `jobs`), done without the
-    /// device; [`finish_initiations`](Self::finish_initiations) answers it.
-    pub(super) fn prepare_initiation(
+    /// An initiation arrived: once the checks that need the device pass
+    /// (macs, cookies under load, rate limits) it joins the initiation
+    /// queue, or is dropped and counted when the queue is full. The
+    /// batch's budget then takes the oldest from the queue
+    /// ([`take_queued_initiations`](Self::take_queued_initiations)).
+    pub(super) fn queue_initiation(
         &mut self,
         now: Instant,
         (line, src, arrived_at): (u16, SocketAddr, LocalAddr),
         msg: &[u8; INITIATION_LEN],
-        jobs: &mut CryptoJobs,
     ) {
         let sender = messages::read_u32(msg, messages::initiation::SENDER);
-        if let Admission::Drop = self.admit(now, msg, line, src, sender) {
+        if let Admission::Drop = self.admit(now, msg, (line, src), sender, false) {
             return;
         }
+        if self.initiations.len() >= MAX_QUEUED_INITIATIONS {
+            self.counters.handshake_queue_full =
+                self.counters.handshake_queue_full.saturating_add(1);
+            return;
+        }
+        self.initiations.push_back(QueuedInitiation {
+            line,
+            src,
+            arrived_at,
+            at: now,
+            msg: *msg,
+        });
+    }
+
+    /// Moves queued initiations into `jobs`, oldest first, while the
+    /// batch's budget lasts: their DH work then runs without the device
+    /// (see `jobs`), and [`finish_initiations`](Self::finish_initiations)
+    /// answers them. An initiation that waited `REKEY_TIMEOUT` is dropped
+    /// and counted: its initiator has given up on it and sent another.
+    pub(super) fn take_queued_initiations(&mut self, now: Instant, jobs: &mut CryptoJobs) {
         let Some(local) = self.local.clone() else {
+            // No key, no answer: nothing queued can ever be answered.
+            self.initiations.clear();
             return;
         };
-        let ephemeral = StaticSecret::from(self.random_bytes::<32>());
-        jobs.push_initiation(
-            (line, src, arrived_at),
-            msg,
-            &local,
-            &self.by_key,
-            ephemeral,
-        );
+        while self.handshake_budget > 0 {
+            let Some(queued) = self.initiations.pop_front() else {
+                break;
+            };
+            if now.saturating_duration_since(queued.at) >= REKEY_TIMEOUT {
+                self.counters.handshake_queue_stale =
+                    self.counters.handshake_queue_stale.saturating_add(1);
+                continue;
+            }
+            self.handshake_budget -= 1; // not 0: checked above
+            let ephemeral = StaticSecret::from(self.random_bytes::<32>());
+            jobs.push_initiation(
+                (queued.line, queued.src, queued.arrived_at),
+                &queued.msg,
+                &local,
+                &self.by_key,
+                ephemeral,
+            );
+        }
+    }
+
+    /// Initiations waiting in the queue for their DH work.
+    pub fn queued_initiations(&self) -> usize {
+        self.initiations.len()
+    }
+
+    /// For a wake-up with no batch (the driver's loop while
+    /// [`queued_initiations`](Self::queued_initiations) is not 0, which
+    /// [`poll_timeout`](Self::poll_timeout) says by a deadline due at
+    /// once): a batch's budget of queued initiations into `jobs` (cleared
+    /// first). The driver runs their DH work without the device
+    /// ([`CryptoJobs::answer_initiations`] or
+    /// [`CryptoJobs::initiation_parts`]), then
+    /// [`finish_initiations`](Self::finish_initiations) answers them.
+    pub fn prepare_queued_initiations(&mut self, now: Instant, jobs: &mut CryptoJobs) {
+        jobs.clear();
+        self.handshake_budget = MAX_HANDSHAKES_PER_BATCH;
+        self.take_queued_initiations(now, jobs);
+    }
+
+    /// The three steps of answering queued initiations at once, on this
+    /// thread (the simulator's form; a batch's budget of them).
+    pub fn answer_queued_initiations(&mut self, now: Instant) {
+        if self.initiations.is_empty() {
+            return;
+        }
+        let mut jobs = std::mem::take(&mut self.scratch_jobs);
+        self.prepare_queued_initiations(now, &mut jobs);
+        jobs.answer_initiations();
+        self.finish_initiations(now, &mut jobs);
+        jobs.clear();
+        self.scratch_jobs = jobs;
     }
 
     /// Answers the initiations whose DH work `jobs` did: the peer by the
     /// key the initiation carried, its replay and flood checks, a new
     /// session and the response.
-    pub(super) fn finish_initiations(&mut self, now: Instant, jobs: &mut CryptoJobs) {
+    pub fn finish_initiations(&mut self, now: Instant, jobs: &mut CryptoJobs) {
         for job in jobs.initiations_mut() {
             let from = (job.line, job.src, job.arrived_at);
             match job.outcome.take() {
@@ -255,7 +327,7 @@ impl Device {
         msg: &[u8; RESPONSE_LEN],
     ) {
         let sender = messages::read_u32(msg, messages::response::SENDER);
-        if let Admission::Drop = self.admit(now, msg, line, src, sender) {
+        if let Admission::Drop = self.admit(now, msg, (line, src), sender, true) {
             return;
         }
         let receiver = messages::read_u32(msg, messages::response::RECEIVER);

@@ -8,7 +8,8 @@
 //! one session, so the keys are kept once per distinct session.
 //!
 //! Handshake initiations that passed the device's checks (macs, cookies
-//! under load, rate limits, the batch's budget) are jobs too: the
+//! under load, rate limits) and were taken from its initiation queue
+//! within a batch's budget are jobs too: the
 //! responder's five scalar multiplications (decrypting the initiation,
 //! then the response's DH) run here, without the device, and in parts on
 //! several threads when there are several ([`CryptoJobs::initiation_parts`]);

@@ -29,6 +29,15 @@
 //!  timers      poll_timeout() says when; at that time handle_timeout(now)
 //!              fires per-peer timers (retries, keepalives, rekey, reorder
 //!              holds, shaping), then poll_transmit and poll_tun as above
+//!
+//!  handshakes  initiations over a batch's budget wait in a bounded queue
+//!              (while they do, poll_timeout is due at once); each wake-up
+//!              answers another budget of them:
+//!              prepare_queued_initiations(now, jobs)                [device]
+//!                       ─► jobs.answer_initiations()        [no device needed]
+//!                       ─► finish_initiations(now, jobs)            [device]
+//!                       ─► poll_transmit as above
+//!              (answer_queued_initiations(now) = all three)
 //! ```
 //!
 //! A driver calls `poll_timeout` again after anything it handed in, since
@@ -173,6 +182,7 @@ impl Device {
             receive_route: route_memo::RouteMemo::default(),
             handshake_window: (now, 0),
             handshake_budget: MAX_HANDSHAKES_PER_BATCH,
+            initiations: VecDeque::new(),
             source_limiter: SourceRateLimiter::new(),
             under_load_until: None,
             scratch_indices: Vec::new(),
@@ -624,9 +634,16 @@ impl Device {
     // ----- time -----
 
     /// When `handle_timeout` must run next: the earliest of every peer's
-    /// deadline, read in O(1) from the schedule (see `deadlines`).
+    /// deadline, read in O(1) from the schedule (see `deadlines`). While
+    /// initiations wait in the queue it is when the oldest came (due at
+    /// once): the driver answers a budget of them per wake-up
+    /// ([`prepare_queued_initiations`](Self::prepare_queued_initiations)).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers.next_deadline()
+        let queued = self.initiations.front().map(|q| q.at);
+        match (self.peers.next_deadline(), queued) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Fires every timer that is due: only the peers whose deadline has
@@ -911,7 +928,10 @@ impl Device {
         self.control.push_back(c);
     }
 
-    /// Counts a handshake message and says whether we are under load.
+    /// Counts a handshake message and says whether we are under load:
+    /// more than `UNDER_LOAD_HANDSHAKES_PER_SECOND` of them, or
+    /// `UNDER_LOAD_QUEUED_INITIATIONS` waiting in the queue (as
+    /// wireguard-go judges by its queue), and for `UNDER_LOAD_AFTER` after.
     fn under_load(&mut self, now: Instant) -> bool {
         let (start, count) = &mut self.handshake_window;
         if now.saturating_duration_since(*start) >= Duration::from_secs(1) {
@@ -920,7 +940,9 @@ impl Device {
         }
         // Saturating: a flood within one second (or one `now`) counts on.
         *count = count.saturating_add(1);
-        if *count > UNDER_LOAD_HANDSHAKES_PER_SECOND {
+        if *count > UNDER_LOAD_HANDSHAKES_PER_SECOND
+            || self.initiations.len() >= UNDER_LOAD_QUEUED_INITIATIONS
+        {
             self.under_load_until = Some(now + UNDER_LOAD_AFTER);
         }
         self.under_load_until.is_some_and(|u| now < u)

@@ -71,7 +71,8 @@ impl Device {
 
     /// The first half of `decapsulate`: handshake and extension messages
     /// are handled (and consumed); each data message that may be fresh gets
-    /// an open job. After [`CryptoJobs::open`] (which needs no device),
+    /// an open job, and the oldest queued initiations, up to the batch's
+    /// budget, a DH job (see `handshake`). After [`CryptoJobs::open`] (which needs no device),
     /// [`finish_decapsulate`](Self::finish_decapsulate) completes them.
     pub fn prepare_decapsulate(
         &mut self,
@@ -94,7 +95,7 @@ impl Device {
                 },
                 Some(Kind::Initiation) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
-                    self.prepare_initiation(now, (line, src, local), msg, jobs);
+                    self.queue_initiation(now, (line, src, local), msg);
                     batch.consume(i);
                 }
                 Some(Kind::Response) => {
@@ -118,6 +119,9 @@ impl Device {
                 }
             }
         }
+        // The batch's own initiations were queued behind any older ones;
+        // its budget answers the oldest.
+        self.take_queued_initiations(now, jobs);
         self.peers.settle();
     }
 
@@ -131,7 +135,6 @@ impl Device {
         jobs: &mut CryptoJobs,
     ) {
         self.finish_initiations(now, jobs);
-        self.receive_route.forget();
         for job in jobs.jobs() {
             let i = job.slot;
             let (src, line, offset) = (batch.addr(i), batch.line(i), batch.offset(i));

@@ -47,7 +47,6 @@ impl Device {
         jobs: &mut CryptoJobs,
     ) {
         jobs.clear();
-        self.send_route.forget();
         for i in 0..batch.len() {
             let (buf, offset, len) = batch.slot_parts_mut(i);
             if len == 0 {

@@ -6,6 +6,7 @@
 use super::jobs::CryptoJobs;
 use super::table::{PeerKeys, PeerTable};
 use crate::allowed_ips::AllowedIps;
+use crate::batch::LocalAddr;
 use crate::cipher::CipherPolicy;
 use crate::cookie::CookieChecker;
 use crate::ext::PmtuBody;
@@ -35,9 +36,15 @@ pub struct DeviceCounters {
     /// Handshake messages with a valid cookie dropped by the per-source
     /// rate limit (under load only, as WireGuard).
     pub handshake_rate_limited: u64,
-    /// Handshake messages dropped because their batch had used up
-    /// `MAX_HANDSHAKES_PER_BATCH`.
+    /// Handshake responses dropped because their batch had used up
+    /// `MAX_HANDSHAKES_PER_BATCH` (initiations wait in the queue instead).
     pub handshake_over_budget: u64,
+    /// Admitted initiations that found the initiation queue full
+    /// (`MAX_QUEUED_INITIATIONS`) and were dropped.
+    pub handshake_queue_full: u64,
+    /// Queued initiations dropped unanswered because they had waited
+    /// `REKEY_TIMEOUT` (their initiator has sent another by then).
+    pub handshake_queue_stale: u64,
     /// Data messages for a receiver index we do not have.
     pub unknown_index: u64,
     /// Packets from the TUN with no peer in AllowedIPs.
@@ -68,6 +75,17 @@ pub(super) struct Control {
     pub(super) dst: SocketAddr,
     pub(super) len: usize,
     pub(super) bytes: [u8; INITIATION_LEN],
+}
+
+/// An admitted initiation waiting for its Diffie-Hellman work (see
+/// `Device::initiations`).
+pub(super) struct QueuedInitiation {
+    pub(super) line: u16,
+    pub(super) src: SocketAddr,
+    pub(super) arrived_at: LocalAddr,
+    /// When it was admitted: it is answered only within `REKEY_TIMEOUT`.
+    pub(super) at: Instant,
+    pub(super) msg: [u8; INITIATION_LEN],
 }
 
 /// A padded path MTU probe waiting for its turn (too big for `control`).
@@ -136,6 +154,10 @@ pub struct Device {
     pub(super) handshake_window: (Instant, u32),
     /// Handshakes the batch being received may still spend DH work on.
     pub(super) handshake_budget: u32,
+    /// Admitted initiations over a batch's budget, oldest first, answered
+    /// by later batches and wake-ups (at most `MAX_QUEUED_INITIATIONS`;
+    /// grown on demand, kept once grown).
+    pub(super) initiations: VecDeque<QueuedInitiation>,
     pub(super) source_limiter: SourceRateLimiter,
     pub(super) under_load_until: Option<Instant>,
     pub(super) scratch_indices: Vec<u32>,

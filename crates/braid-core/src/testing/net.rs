@@ -380,12 +380,13 @@ impl Net {
         self.run_until(self.now);
     }
 
-    /// Every device's due timers, then their TUN output, then what they
-    /// send.
+    /// Every device's due timers and a budget of its queued initiations,
+    /// then their TUN output, then what they send.
     pub fn fire_timers(&mut self) {
         let now = self.now;
         for n in &mut self.nodes {
             n.device.handle_timeout(now);
+            n.device.answer_queued_initiations(now);
         }
         for n in 0..self.nodes.len() {
             self.drain_tun(n);

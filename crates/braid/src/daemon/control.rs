@@ -259,6 +259,8 @@ pub fn snapshot(
         ("cookie_replies_sent".into(), c.cookie_replies_sent),
         ("handshake_rate_limited".into(), c.handshake_rate_limited),
         ("handshake_over_budget".into(), c.handshake_over_budget),
+        ("handshake_queue_full".into(), c.handshake_queue_full),
+        ("handshake_queue_stale".into(), c.handshake_queue_stale),
         ("control_queue_full".into(), c.control_queue_full),
         ("too_big_queue_full".into(), c.too_big_queue_full),
         ("unknown_index".into(), c.unknown_index),

@@ -642,11 +642,20 @@ pub fn receive_from_line(
         shared.device().prepare_decapsulate(now, batch, jobs);
         answer_initiations(jobs, shared.cores);
         helpers.open(jobs, batch);
-        let pending = {
+        let (pending, queued) = {
             let mut device = shared.device();
             device.finish_decapsulate(now, batch, jobs);
-            device.has_pending_transmit()
+            // Initiations over the batch's budget wait for the main
+            // thread's next wake-up (this may be the outbound thread).
+            let queued = device.queued_initiations() > 0;
+            (
+                device.has_pending_transmit(),
+                queued.then(|| device.poll_timeout()),
+            )
         };
+        if let Some(deadline) = queued {
+            shared.wake_main_before(deadline);
+        }
         if strangers {
             // After the core authenticated what they sent.
             tcp_lines::mark_peer_connections(&shared.lines(), &shared.device(), line);
@@ -694,6 +703,20 @@ fn answer_initiations(jobs: &mut CryptoJobs, cores: usize) {
     }
     // What is left: all of them with one core or one initiation.
     jobs.answer_initiations();
+}
+
+/// Answers the initiations the device took from its queue into `jobs`
+/// (`Device::prepare_queued_initiations`, at a wake-up of the main
+/// thread): their DH work on every core without the device lock, as a
+/// batch's, then the device answers them; `transmit_pending` sends the
+/// responses.
+pub fn answer_queued_initiations(shared: &Shared, now: Instant, jobs: &mut CryptoJobs) {
+    if jobs.initiations() == 0 {
+        return;
+    }
+    answer_initiations(jobs, shared.cores);
+    shared.device().finish_initiations(now, jobs);
+    jobs.clear();
 }
 
 /// How many TUN batches a thread sends after writing to the TUN (when the

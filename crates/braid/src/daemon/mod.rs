@@ -335,6 +335,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         state,
         requests,
         control_batch: data_plane_batch(stride_for(mtu as usize)),
+        handshake_jobs: braid_core::device::CryptoJobs::new(),
         routes: installed,
         guardian,
         events: events::EventWatch::default(),
@@ -401,6 +402,9 @@ struct Daemon {
     state: InterfaceState,
     requests: Receiver<Pending>,
     control_batch: PacketBatch,
+    /// Queued initiations answered at a wake-up (see
+    /// `dataplane::answer_queued_initiations`).
+    handshake_jobs: braid_core::device::CryptoJobs,
     routes: routes::Installed,
     guardian: Option<guardian::Guardian>,
     events: events::EventWatch,
@@ -500,7 +504,17 @@ impl Daemon {
                 let (at, wall) = clocks::wall_now();
                 device.set_wall_clock(at, wall);
             }
-            self.shared.device().handle_timeout(now);
+            {
+                let mut device = self.shared.device();
+                device.handle_timeout(now);
+                // Initiations over a received batch's budget: another
+                // budget of them at each wake-up (the poll does not wait
+                // while some are queued).
+                if device.queued_initiations() > 0 {
+                    device.prepare_queued_initiations(now, &mut self.handshake_jobs);
+                }
+            }
+            dataplane::answer_queued_initiations(&self.shared, now, &mut self.handshake_jobs);
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
                 self.shared.follow_path_mtu(&self.name);

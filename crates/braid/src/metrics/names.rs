@@ -90,7 +90,17 @@ pub const DEVICE: &[Export] = &[
     counter(
         "handshake_over_budget",
         "braid_handshake_over_budget_total",
-        "Handshake messages left over a batch's handshake budget.",
+        "Handshake responses left over a batch's handshake budget.",
+    ),
+    counter(
+        "handshake_queue_full",
+        "braid_handshake_queue_full_total",
+        "Admitted handshake initiations dropped because their queue was full.",
+    ),
+    counter(
+        "handshake_queue_stale",
+        "braid_handshake_queue_stale_total",
+        "Queued handshake initiations dropped after waiting REKEY_TIMEOUT.",
     ),
     counter(
         "control_queue_full",

@@ -236,13 +236,15 @@ fn ticks_per_second() -> u64 {
 }
 
 /// Handshake counters of the responder that say it dealt with a message.
-const HANDLED: [&str; 7] = [
+const HANDLED: [&str; 9] = [
     "invalid_mac",
     "cookie_replies_sent",
     "handshake_rejected",
     "handshake_flood_dropped",
     "handshake_rate_limited",
     "handshake_over_budget",
+    "handshake_queue_full",
+    "handshake_queue_stale",
     "control_queue_full",
 ];
 

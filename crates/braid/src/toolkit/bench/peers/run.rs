@@ -45,14 +45,17 @@ pub struct Storm {
     /// The server's CPU seconds while it lasted.
     pub server_cpu_s: f64,
     /// What braid's server counted about the handshakes it did not
-    /// answer (`braid show`: cookie replies, over the batch's budget,
-    /// rate limited, flood dropped); empty for wireguard-go.
+    /// answer (`braid show`: cookie replies, the initiation queue full or
+    /// waited on too long, responses over the batch's budget, rate
+    /// limited, flood dropped); empty for wireguard-go.
     pub server_counters: Vec<(&'static str, u64)>,
 }
 
 /// braid's device counters that say why an initiation got no response.
-const STORM_COUNTERS: [&str; 4] = [
+const STORM_COUNTERS: [&str; 6] = [
     "cookie_replies_sent",
+    "handshake_queue_full",
+    "handshake_queue_stale",
     "handshake_over_budget",
     "handshake_rate_limited",
     "handshake_flood_dropped",
