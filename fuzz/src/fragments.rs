@@ -10,14 +10,16 @@ use crate::input::Input;
 use braid_core::fragment::{self, Joined, Reassembly, MAX_PARTIAL};
 use std::time::{Duration, Instant};
 
+/// A packet sent, by (session, id), and what a complete one must equal
+/// (`None` once a forged piece may have spoiled it).
+type Sent = ((u32, u32), Option<Vec<u8>>);
+
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     #[allow(clippy::disallowed_methods)] // an arbitrary origin for virtual time
     let mut now = Instant::now();
     let mut r = Reassembly::default();
-    // The packets sent, by (session, id): what a complete one must equal
-    // (`None` once a forged piece may have spoiled it).
-    let mut sent: Vec<((u32, u32), Option<Vec<u8>>)> = Vec::new();
+    let mut sent: Vec<Sent> = Vec::new();
     let mut pieces: Vec<(u32, Vec<u8>)> = Vec::new();
     let mut next_id = 0u32;
     let mut steps = 0;
@@ -104,13 +106,7 @@ pub fn run(data: &[u8]) {
 
 /// Delivers one genuine piece; a packet it completes is the one sent
 /// under its (session, id), unless a forged piece may have spoiled it.
-fn deliver(
-    r: &mut Reassembly,
-    now: Instant,
-    session: u32,
-    piece: &[u8],
-    sent: &[((u32, u32), Option<Vec<u8>>)],
-) {
+fn deliver(r: &mut Reassembly, now: Instant, session: u32, piece: &[u8], sent: &[Sent]) {
     let Some((h, _)) = fragment::parse(piece) else {
         panic!(
             "a genuine piece did not parse: {:?}",
