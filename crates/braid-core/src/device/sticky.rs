@@ -28,6 +28,11 @@ const ENTRIES_PER_PEER: usize = 2 * crate::path::MAX_PATHS;
 #[derive(Debug, Default)]
 pub(super) struct StickySources {
     map: HashMap<(u16, SocketAddr), LocalAddr>,
+    /// The entry noted last, which the next datagram almost always
+    /// repeats: checked before the map, whose SipHash per received data
+    /// message cost about 1 % of a one-stream tunnel's CPU (`perf`).
+    /// Always an entry of `map` (cleared with it).
+    last: Option<((u16, SocketAddr), LocalAddr)>,
 }
 
 impl Device {
@@ -36,15 +41,20 @@ impl Device {
         if local.ip.is_none() {
             return;
         }
-        let map = &mut self.sticky.map;
-        if map.get(&(line, remote)) == Some(&local) {
+        let key = (line, remote);
+        if self.sticky.last == Some((key, local)) {
             return;
         }
         let cap = MIN_ENTRIES.max(self.by_key.len().saturating_mul(ENTRIES_PER_PEER));
-        if map.len() >= cap {
-            map.clear();
+        let sticky = &mut self.sticky;
+        sticky.last = Some((key, local));
+        if sticky.map.get(&key) == Some(&local) {
+            return;
         }
-        map.insert((line, remote), local);
+        if sticky.map.len() >= cap {
+            sticky.map.clear();
+        }
+        sticky.map.insert(key, local);
     }
 
     /// Gives every datagram of `batch` (and every copy) the local address
@@ -74,6 +84,13 @@ impl Device {
     /// table's pick until the peer writes to an address we have.
     pub fn forget_local_address(&mut self, ip: IpAddr) {
         self.sticky.map.retain(|_, local| local.ip != Some(ip));
+        if self
+            .sticky
+            .last
+            .is_some_and(|(_, local)| local.ip == Some(ip))
+        {
+            self.sticky.last = None;
+        }
     }
 
     /// The local address datagrams to `remote` on `line` leave from (for
