@@ -93,6 +93,42 @@ impl<T: Copy + Eq> AllowedIps<T> {
         trie.remove(mask(key, prefix), prefix)
     }
 
+    /// Removes the entry for exactly `addr/prefix` if it maps to `value`
+    /// (a prefix that moved on to another value stays); true if it did.
+    /// O(prefix length): a peer that remembers its prefixes is cleared
+    /// without a walk of the table.
+    pub fn remove_if_value(&mut self, addr: IpAddr, prefix: u8, value: T) -> bool {
+        let Ok((trie, key)) = self.trie_mut(addr, prefix) else {
+            return false;
+        };
+        let removed = remove_at_if(&mut trie.root, mask(key, prefix), prefix, &|v| v == value);
+        if removed.is_some() {
+            trie.len -= 1;
+        }
+        removed.is_some()
+    }
+
+    /// The value of exactly `addr/prefix` (not of a longest match).
+    pub fn get_exact(&self, addr: IpAddr, prefix: u8) -> Option<T> {
+        let (trie, key) = match addr {
+            IpAddr::V4(v4) if prefix <= V4_BITS => (&self.v4, v4_key(v4.octets())),
+            IpAddr::V6(v6) if prefix <= V6_BITS => (&self.v6, u128::from(v6)),
+            _ => return None,
+        };
+        let key = mask(key, prefix);
+        let mut link = &trie.root;
+        while let Some(node) = link {
+            if node.prefix_len > prefix || !node.contains(key) {
+                return None;
+            }
+            if node.prefix_len == prefix {
+                return node.value;
+            }
+            link = &node.children[bit_at(key, node.prefix_len)];
+        }
+        None
+    }
+
     /// Removes every entry that maps to `value` (a peer being removed).
     pub fn remove_value(&mut self, value: T) {
         self.v4.remove_value(value);
@@ -146,15 +182,32 @@ impl<T: Copy + Eq> AllowedIps<T> {
     where
         T: std::hash::Hash,
     {
+        self.entries_by_value_where(|_| true)
+    }
+
+    /// [`entries_by_value`](Self::entries_by_value) for the values `keep`
+    /// accepts only: one walk of the table, groups only for those (a
+    /// listing in parts asks for one range of peers at a time).
+    pub fn entries_by_value_where(
+        &self,
+        keep: impl Fn(T) -> bool,
+    ) -> std::collections::HashMap<T, Vec<(IpAddr, u8)>>
+    where
+        T: std::hash::Hash,
+    {
         let mut by = std::collections::HashMap::<T, Vec<(IpAddr, u8)>>::new();
         self.v4.for_each(&mut |key, prefix, value| {
-            let addr = IpAddr::V4(Ipv4Addr::from(v4_from_key(key)));
-            by.entry(value).or_default().push((addr, prefix));
+            if keep(value) {
+                let addr = IpAddr::V4(Ipv4Addr::from(v4_from_key(key)));
+                by.entry(value).or_default().push((addr, prefix));
+            }
         });
         self.v6.for_each(&mut |key, prefix, value| {
-            by.entry(value)
-                .or_default()
-                .push((IpAddr::V6(Ipv6Addr::from(key)), prefix));
+            if keep(value) {
+                by.entry(value)
+                    .or_default()
+                    .push((IpAddr::V6(Ipv6Addr::from(key)), prefix));
+            }
         });
         by
     }
@@ -194,6 +247,21 @@ impl<T: Copy + Eq> AllowedIps<T> {
 impl<T: Copy + Eq> Default for AllowedIps<T> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// `addr` with the bits past `prefix` cleared: the one spelling of a
+/// prefix (an invalid length leaves the address as it is).
+pub fn masked(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(v4) if prefix <= V4_BITS => IpAddr::V4(Ipv4Addr::from(v4_from_key(mask(
+            v4_key(v4.octets()),
+            prefix,
+        )))),
+        IpAddr::V6(v6) if prefix <= V6_BITS => {
+            IpAddr::V6(Ipv6Addr::from(mask(u128::from(v6), prefix)))
+        }
+        other => other,
     }
 }
 
@@ -368,16 +436,30 @@ fn insert_at<T>(link: &mut Link<T>, key: u128, prefix_len: u8, value: T) -> Opti
 }
 
 /// Removes exactly `key/prefix_len` from the subtree at `link`.
-fn remove_at<T>(link: &mut Link<T>, key: u128, prefix_len: u8) -> Option<T> {
+fn remove_at<T: Copy>(link: &mut Link<T>, key: u128, prefix_len: u8) -> Option<T> {
+    remove_at_if(link, key, prefix_len, &|_| true)
+}
+
+/// Removes exactly `key/prefix_len` from the subtree at `link` if its
+/// value passes `matches`.
+fn remove_at_if<T: Copy>(
+    link: &mut Link<T>,
+    key: u128,
+    prefix_len: u8,
+    matches: &dyn Fn(T) -> bool,
+) -> Option<T> {
     let node = link.as_mut()?;
     if node.prefix_len > prefix_len || !node.contains(key) {
         return None;
     }
     let removed = if node.prefix_len == prefix_len {
-        node.value.take()
+        match node.value {
+            Some(v) if matches(v) => node.value.take(),
+            _ => None,
+        }
     } else {
         let side = bit_at(key, node.prefix_len);
-        remove_at(&mut node.children[side], key, prefix_len)
+        remove_at_if(&mut node.children[side], key, prefix_len, matches)
     };
     if removed.is_some() {
         prune(link);
@@ -468,6 +550,33 @@ mod tests {
         table
             .v4
             .for_each(&mut |key, _, _| assert_eq!(key & (u128::MAX >> 32), 0));
+    }
+
+    #[test]
+    fn an_entry_is_removed_by_value_only_while_it_has_that_value() {
+        let mut t = AllowedIps::new();
+        t.insert(v4(198, 19, 0, 0), 16, 1).unwrap();
+        t.insert(v4(198, 19, 7, 0), 24, 1).unwrap();
+        t.insert(v6("2001:db8::"), 32, 2).unwrap();
+        assert_eq!(
+            t.get_exact(v4(198, 19, 9, 9), 16),
+            Some(1),
+            "host bits ignored"
+        );
+        assert_eq!(t.get_exact(v4(198, 19, 7, 0), 23), None, "no such prefix");
+        assert_eq!(t.get_exact(v6("2001:db8::"), 32), Some(2));
+        assert_eq!(t.get_exact(v4(1, 2, 3, 4), 40), None, "too long");
+        // The /24 moves to 2: removing it as 1's does nothing.
+        t.insert(v4(198, 19, 7, 0), 24, 2).unwrap();
+        assert!(!t.remove_if_value(v4(198, 19, 7, 0), 24, 1));
+        assert_eq!(t.lookup(v4(198, 19, 7, 1)), Some(2));
+        assert!(t.remove_if_value(v4(198, 19, 0, 0), 16, 1));
+        assert!(!t.remove_if_value(v4(198, 19, 0, 0), 16, 1), "gone already");
+        assert_eq!(t.len(), 2);
+        assert_well_formed(&t);
+        assert_eq!(masked(v4(198, 19, 7, 9), 24), v4(198, 19, 7, 0));
+        assert_eq!(masked(v6("2001:db8::1"), 32), v6("2001:db8::"));
+        assert_eq!(masked(v4(1, 2, 3, 4), 33), v4(1, 2, 3, 4));
     }
 
     #[test]

@@ -101,23 +101,90 @@ impl DataCipher {
     }
 }
 
-/// Whether this CPU has the instructions that make AES-GCM fast (AES-NI
-/// and carry-less multiply on x86, the crypto extension on ARM).
+/// The two kinds of instructions that make AES-GCM fast: the AES rounds,
+/// and the carry-less multiply that GHASH (GCM's authenticator) is built
+/// on. Without either, AES-GCM runs as constant-time software several
+/// times slower than ChaCha20-Poly1305 (ARM cores without the crypto
+/// extension, which many routers have), so `Cipher = auto` offers it only
+/// with both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AesGcmInstructions {
+    pub aes: bool,
+    pub carryless_multiply: bool,
+}
+
+impl AesGcmInstructions {
+    /// What the two are called on this architecture, as the CPU's feature
+    /// flags (`/proc/cpuinfo`) name them; `None` where braid knows no
+    /// such instructions.
+    pub const NAMES: Option<(&'static str, &'static str)> = if cfg!(target_arch = "x86_64") {
+        Some(("aes", "pclmulqdq"))
+    } else if cfg!(target_arch = "aarch64") {
+        Some(("aes", "pmull"))
+    } else {
+        None
+    };
+
+    /// What this CPU has (as the kernel reports it: CPUID on x86, the
+    /// auxiliary vector's HWCAP on ARM).
+    pub fn detect() -> AesGcmInstructions {
+        #[cfg(target_arch = "x86_64")]
+        {
+            AesGcmInstructions {
+                aes: std::arch::is_x86_feature_detected!("aes"),
+                carryless_multiply: std::arch::is_x86_feature_detected!("pclmulqdq"),
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            AesGcmInstructions {
+                aes: std::arch::is_aarch64_feature_detected!("aes"),
+                carryless_multiply: std::arch::is_aarch64_feature_detected!("pmull"),
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            AesGcmInstructions {
+                aes: false,
+                carryless_multiply: false,
+            }
+        }
+    }
+
+    /// Both present: AES-GCM is fast here.
+    pub fn fast_aes_gcm(self) -> bool {
+        self.aes && self.carryless_multiply
+    }
+
+    /// The names of the ones this CPU lacks (all of them where
+    /// [`Self::NAMES`] is `None`: there is nothing to name).
+    pub fn missing(self) -> Vec<&'static str> {
+        let Some((aes, clmul)) = Self::NAMES else {
+            return Vec::new();
+        };
+        [(aes, self.aes), (clmul, self.carryless_multiply)]
+            .into_iter()
+            .filter(|&(_, present)| !present)
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// The cipher `Cipher = auto` seals with here when the peer offers
+    /// AES-256-GCM too (with a stock WireGuard peer it is always
+    /// ChaCha20-Poly1305).
+    pub fn auto_choice(self) -> DataCipher {
+        if CipherPolicy::Auto.offers_aes(self.fast_aes_gcm()) {
+            DataCipher::Aes256Gcm
+        } else {
+            DataCipher::ChaCha20Poly1305
+        }
+    }
+}
+
+/// Whether this CPU has both instructions AES-GCM needs to be fast
+/// ([`AesGcmInstructions`]).
 pub fn aes_hardware() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("aes")
-            && std::arch::is_x86_feature_detected!("pclmulqdq")
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        std::arch::is_aarch64_feature_detected!("aes")
-            && std::arch::is_aarch64_feature_detected!("pmull")
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        false
-    }
+    AesGcmInstructions::detect().fast_aes_gcm()
 }
 
 const AES_LABEL: &[u8] = b"braid aes256gcm data v1";
@@ -329,6 +396,26 @@ mod tests {
         let mut counter_changed = message(&alice, DataCipher::ChaCha20Poly1305, 0, b"x");
         counter_changed[messages::data::COUNTER] = 1;
         assert_eq!(bob.open(&mut counter_changed), Err(AuthFailed));
+    }
+
+    #[test]
+    fn auto_takes_aes_only_with_both_instructions() {
+        let cpu = |aes, carryless_multiply| AesGcmInstructions {
+            aes,
+            carryless_multiply,
+        };
+        assert_eq!(cpu(true, true).auto_choice(), DataCipher::Aes256Gcm);
+        for without_one in [cpu(true, false), cpu(false, true), cpu(false, false)] {
+            assert!(!without_one.fast_aes_gcm());
+            assert_eq!(without_one.auto_choice(), DataCipher::ChaCha20Poly1305);
+        }
+        assert!(cpu(true, true).missing().is_empty());
+        if let Some((aes, clmul)) = AesGcmInstructions::NAMES {
+            assert_eq!(cpu(true, false).missing(), [clmul]);
+            assert_eq!(cpu(false, true).missing(), [aes]);
+            assert_eq!(cpu(false, false).missing(), [aes, clmul]);
+        }
+        assert_eq!(aes_hardware(), AesGcmInstructions::detect().fast_aes_gcm());
     }
 
     #[test]

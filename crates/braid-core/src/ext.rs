@@ -33,6 +33,11 @@
 //!   2^32 did). Bit `i` of `repairs`: the sender re-sends what its path
 //!   `i` loses, when asked (see `repair`); a gap no such path carried is
 //!   not worth asking for.
+//! - `Filler { path }`: padding sent back to back between two probes on a
+//!   line that carries little (a probe train, see `path::estimate`): the
+//!   receiver counts its bytes as delivered on that path, so the echo of
+//!   the second probe says how fast the line drained the train. Zero-padded
+//!   to any length from 2 bytes.
 
 pub const MAX_PAYLOAD: usize = 48;
 /// The nonce prefix that separates extension messages from data messages.
@@ -56,6 +61,9 @@ const KIND_PMTU_ACK: u8 = 5;
 const KIND_REPAIR: u8 = 6;
 const REPAIR_LEN: usize = 1 + 8 + 2;
 const KIND_SENT: u8 = 7;
+const KIND_FILLER: u8 = 8;
+/// A filler's fields: kind, path.
+pub const FILLER_HEAD_LEN: usize = 2;
 /// A `Sent` message's fixed part: kind, path count, `repairs`, `next`.
 const SENT_HEAD_LEN: usize = 1 + 1 + 1 + 8;
 
@@ -77,6 +85,7 @@ pub enum ExtMessage {
     PmtuAck(PmtuBody),
     Repair { from: u64, count: u16 },
     Sent(SentBody),
+    Filler { path: u8 },
 }
 
 /// See `Sent` in the module's documentation.
@@ -200,6 +209,10 @@ impl ExtMessage {
                 out[9..11].copy_from_slice(&count.to_le_bytes());
                 REPAIR_LEN
             }
+            ExtMessage::Filler { path } => {
+                out[..FILLER_HEAD_LEN].copy_from_slice(&[KIND_FILLER, path]);
+                FILLER_HEAD_LEN
+            }
             ExtMessage::Sent(b) => {
                 let n = usize::from(b.paths).min(MAX_PATHS);
                 out[0] = KIND_SENT;
@@ -259,6 +272,9 @@ impl ExtMessage {
                 from: u64::from_le_bytes(payload[1..9].try_into().ok()?),
                 count: u16::from_le_bytes(payload[9..11].try_into().ok()?),
             }),
+            (&KIND_FILLER, n) if n >= FILLER_HEAD_LEN => {
+                Some(ExtMessage::Filler { path: payload[1] })
+            }
             (&KIND_SENT, n) if n >= SENT_HEAD_LEN => {
                 let paths = payload[1];
                 if usize::from(paths) > MAX_PATHS || n != SENT_HEAD_LEN + 4 * usize::from(paths) {
@@ -363,6 +379,18 @@ mod tests {
         assert_eq!(ExtMessage::decode(&sent), None);
         sent[1] = 1;
         assert_eq!(ExtMessage::decode(&sent[..SENT_HEAD_LEN + 8]), None);
+    }
+
+    #[test]
+    fn a_filler_is_any_length_from_its_fields() {
+        let mut buf = [0u8; MAX_PAYLOAD];
+        let m = ExtMessage::Filler { path: 3 };
+        let n = m.encode(&mut buf);
+        assert_eq!(n, FILLER_HEAD_LEN);
+        for len in [n, n + 1, MAX_PAYLOAD] {
+            assert_eq!(ExtMessage::decode(&buf[..len]), Some(m));
+        }
+        assert_eq!(ExtMessage::decode(&buf[..1]), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod compress;
 pub mod consts;
 pub mod cookie;
 pub mod crypto;
+pub mod deadlines;
 pub mod device;
 pub mod ext;
 pub mod fragment;

@@ -35,13 +35,64 @@ fn dh(private: &StaticSecret, public: &[u8; 32]) -> Result<[u8; 32], AuthError> 
     }
 }
 
+/// The u-coordinates of every point of small order, canonical (below p =
+/// 2^255 − 19), little-endian: 0 (order 2), 1 and p − 1 (order 4, one on
+/// the curve, one on its twist) and the two of order 8. The curve's group
+/// is Z/8 × Z/ℓ and its twist's Z/4 × Z/ℓ′, so there are no others; the
+/// test `small_order_list_matches_the_dh_definition` checks each against
+/// the DH definition below.
+const SMALL_ORDER_U: [[u8; 32]; 5] = [
+    [0; 32],
+    [
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0,
+    ],
+    [
+        0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0x7f,
+    ],
+    [
+        0xe0, 0xeb, 0x7a, 0x7c, 0x3b, 0x41, 0xb8, 0xae, 0x16, 0x56, 0xe3, 0xfa, 0xf1, 0x9f, 0xc4,
+        0x6a, 0xda, 0x09, 0x8d, 0xeb, 0x9c, 0x32, 0xb1, 0xfd, 0x86, 0x62, 0x05, 0x16, 0x5f, 0x49,
+        0xb8, 0x00,
+    ],
+    [
+        0x5f, 0x9c, 0x95, 0xbc, 0xa3, 0x50, 0x8c, 0x24, 0xb1, 0xd0, 0xb1, 0x55, 0x9c, 0x83, 0xef,
+        0x5b, 0x04, 0x44, 0x5c, 0xc4, 0x58, 0x1c, 0x8e, 0x86, 0xd8, 0x22, 0x4e, 0xdd, 0xd0, 0x9f,
+        0x11, 0x57,
+    ],
+];
+
+/// `public` as X25519 reads it (bit 255 ignored), reduced below p.
+fn canonical_u(public: &[u8; 32]) -> [u8; 32] {
+    let mut u = *public;
+    u[31] &= 0x7f;
+    // At or above p = 2^255 − 19 only when bytes 1..=31 are all ones (the
+    // top one 0x7f) and byte 0 is 0xed or more; u − p is then byte 0 − 0xed.
+    let high_all_ones = u[1..31].iter().all(|&b| b == 0xff) && u[31] == 0x7f;
+    if high_all_ones && u[0] >= 0xed {
+        let low = u[0] - 0xed;
+        u = [0; 32];
+        u[0] = low;
+    }
+    u
+}
+
 /// Whether `public` is a point of small order (the all-zero key is one):
 /// every DH with it gives zero, so no handshake with it can authenticate
-/// anyone. Configuration and the userspace API refuse such keys.
+/// anyone. Configuration and the userspace API refuse such keys. A
+/// comparison with the five such points, not a DH: `wg setconf` of
+/// 100,000 peers checks 100,000 keys.
 pub fn is_low_order(public: &[u8; 32]) -> bool {
-    // Any clamped scalar is a multiple of the cofactor 8, which kills the
-    // small-order part of a point: the result is zero exactly when the
-    // point has no other part, whatever the scalar.
+    SMALL_ORDER_U.contains(&canonical_u(public))
+}
+
+/// [`is_low_order`] by its definition: any clamped scalar is a multiple
+/// of the cofactor 8, which kills the small-order part of a point, so the
+/// DH result is zero exactly when the point has no other part, whatever
+/// the scalar. What the fast check is tested against.
+pub fn is_low_order_by_dh(public: &[u8; 32]) -> bool {
     dh(&StaticSecret::from([0x42; 32]), public).is_err()
 }
 
@@ -75,6 +126,23 @@ impl RemoteStatic {
             preshared,
             static_static: dh(&local.private, &public).ok(),
         }
+    }
+
+    /// Without DH(our static, theirs) yet (`static_static` is `None`
+    /// until [`derive_static_static`](Self::derive_static_static)): a
+    /// peer costs no DH before its first handshake, so configuring
+    /// 100,000 peers does not cost 100,000 of them.
+    pub fn deferred(public: [u8; 32], preshared: [u8; 32]) -> Self {
+        RemoteStatic {
+            public,
+            preshared,
+            static_static: None,
+        }
+    }
+
+    /// Computes DH(our static, theirs) (`None` for a low-order key).
+    pub fn derive_static_static(&mut self, local: &LocalStatic) {
+        self.static_static = dh(&local.private, &self.public).ok();
     }
 }
 
@@ -217,7 +285,7 @@ pub fn consume_initiation(
 /// Writes the response (without macs) to a received initiation and returns
 /// the responder's transport keys; `Err` (nothing written) for a low-order
 /// key, which [`consume_initiation`] has already refused for any initiation
-/// it let through.
+/// it let through. [`response_dh`] then [`finish_response`], in one call.
 pub fn create_response(
     received: &ReceivedInitiation,
     remote: &RemoteStatic,
@@ -225,18 +293,60 @@ pub fn create_response(
     local_index: u32,
     out: &mut [u8; messages::RESPONSE_LEN],
 ) -> Result<SessionKeys, AuthError> {
-    let e_pub = PublicKey::from(&ephemeral).to_bytes();
+    debug_assert_eq!(remote.public, received.peer_public);
+    let dh = response_dh(received, &ephemeral)?;
+    finish_response(received, dh, &remote.preshared, local_index, out)
+}
+
+/// The responder's Diffie-Hellman work on a received initiation (the
+/// ephemeral's public key, DH with the initiator's ephemeral and static
+/// keys): everything before the preshared key, so a responder can do it
+/// without knowing the peer yet, away from its device lock.
+pub struct ResponseDh {
+    chaining_key: Hash,
+    hash: Hash,
+    ephemeral_public: [u8; 32],
+}
+
+impl Drop for ResponseDh {
+    fn drop(&mut self) {
+        self.chaining_key.zeroize();
+    }
+}
+
+/// The first half of [`create_response`]: three scalar multiplications.
+pub fn response_dh(
+    received: &ReceivedInitiation,
+    ephemeral: &StaticSecret,
+) -> Result<ResponseDh, AuthError> {
+    let e_pub = PublicKey::from(ephemeral).to_bytes();
     let ck = kdf1(&received.chaining_key, &e_pub);
     let h = hash(&[&received.hash, &e_pub]);
-    let ck = kdf1(&ck, &dh(&ephemeral, &received.remote_ephemeral)?);
-    let ck = kdf1(&ck, &dh(&ephemeral, &remote.public)?);
-    let (ck, tau, k) = kdf3(&ck, &remote.preshared);
-    let h = hash(&[&h, &tau]);
+    let ck = kdf1(&ck, &dh(ephemeral, &received.remote_ephemeral)?);
+    let ck = kdf1(&ck, &dh(ephemeral, &received.peer_public)?);
+    Ok(ResponseDh {
+        chaining_key: ck,
+        hash: h,
+        ephemeral_public: e_pub,
+    })
+}
+
+/// The second half of [`create_response`]: the preshared key, the
+/// response message and the keys (hashes only, no DH).
+pub fn finish_response(
+    received: &ReceivedInitiation,
+    dh: ResponseDh,
+    preshared: &[u8; 32],
+    local_index: u32,
+    out: &mut [u8; messages::RESPONSE_LEN],
+) -> Result<SessionKeys, AuthError> {
+    let (ck, tau, k) = kdf3(&dh.chaining_key, preshared);
+    let h = hash(&[&dh.hash, &tau]);
 
     messages::write_header(out, messages::TYPE_RESPONSE);
     out[rsp::SENDER..rsp::SENDER + 4].copy_from_slice(&local_index.to_le_bytes());
     out[rsp::RECEIVER..rsp::RECEIVER + 4].copy_from_slice(&received.remote_index.to_le_bytes());
-    out[rsp::EPHEMERAL..rsp::EPHEMERAL + 32].copy_from_slice(&e_pub);
+    out[rsp::EPHEMERAL..rsp::EPHEMERAL + 32].copy_from_slice(&dh.ephemeral_public);
     crypto::seal(
         &k,
         0,

@@ -71,7 +71,10 @@ pub struct PeerCounters {
 }
 
 pub struct Peer {
+    /// The peer's keys; DH(our static, theirs) only once
+    /// `static_static_derived` (see [`Peer::derive_static_static`]).
     pub remote: RemoteStatic,
+    pub static_static_derived: bool,
     /// The lines this peer is reached over; `paths[0]` is the primary
     /// (the plain `Endpoint`, or the first configured path).
     pub paths: Vec<Path>,
@@ -150,6 +153,15 @@ pub struct Peer {
     /// that has none (every peer of a fresh `wg setconf`) needs no walk of
     /// the table.
     pub allowed_prefixes: usize,
+    /// The AllowedIPs given to this peer (masked), some of which may have
+    /// moved on to another peer since: clearing them is a lookup each,
+    /// not a walk of the whole table (removing 100,000 peers one by one
+    /// stays linear). Compacted when stale entries outnumber the others.
+    pub(crate) prefixes: Vec<(std::net::IpAddr, u8)>,
+    /// On the device's list of peers whose staged packets may go now.
+    pub(crate) flush_queued: bool,
+    /// On the device's list of peers with packets ready for the TUN.
+    pub(crate) ready_queued: bool,
 }
 
 impl Peer {
@@ -204,9 +216,12 @@ impl Peer {
             .any(|kp| kp.local_index == index)
     }
 
-    pub fn new(local: &LocalStatic, public: [u8; 32]) -> Self {
+    /// A peer with `public` as its key; our static key is needed only at
+    /// its first handshake ([`derive_static_static`](Self::derive_static_static)).
+    pub fn new(public: [u8; 32]) -> Self {
         Peer {
-            remote: RemoteStatic::new(local, public, [0; 32]),
+            remote: RemoteStatic::deferred(public, [0; 32]),
+            static_static_derived: false,
             paths: Vec::new(),
             mode: Mode::default(),
             cipher: None,
@@ -244,11 +259,30 @@ impl Peer {
             counters: PeerCounters::default(),
             mtu_limit: None,
             allowed_prefixes: 0,
+            prefixes: Vec::new(),
+            flush_queued: false,
+            ready_queued: false,
         }
     }
 
     pub fn public_key(&self) -> [u8; 32] {
         self.remote.public
+    }
+
+    /// DH(our static, the peer's), computed the first time a handshake
+    /// needs it and after our key changed (`forget_static_static`).
+    pub fn derive_static_static(&mut self, local: &LocalStatic) {
+        if !self.static_static_derived {
+            self.remote.derive_static_static(local);
+            self.static_static_derived = true;
+        }
+    }
+
+    /// Our static key changed: what was derived from it goes.
+    pub fn forget_static_static(&mut self) {
+        let psk = self.remote.preshared;
+        self.remote = RemoteStatic::deferred(self.remote.public, psk);
+        self.static_static_derived = false;
     }
 
     /// What `wg show` calls the endpoint: the first live configured path's
@@ -577,7 +611,7 @@ mod tests {
     use super::*;
 
     fn peer() -> Peer {
-        Peer::new(&LocalStatic::new([1; 32]), [2; 32])
+        Peer::new([2; 32])
     }
 
     #[test]

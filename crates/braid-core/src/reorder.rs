@@ -367,7 +367,9 @@ impl PathState {
             highest: None,
             pass: None,
             slack: DecayingMax::new(Duration::ZERO),
-            frontier: VecDeque::with_capacity(FRONTIER_LEN),
+            // Allocated when the path first carries data: a peer that never
+            // speaks costs no samples (it grows to FRONTIER_LEN and stays).
+            frontier: VecDeque::new(),
             unassigned: None,
             repaired: None,
         }
@@ -567,10 +569,12 @@ impl ReorderWindow {
             passed: 0,
             skew: Duration::ZERO,
             lateness: DecayingMax::new(INITIAL_LATENESS),
-            given_up: VecDeque::with_capacity(GIVEN_UP_LEN),
+            // Allocated at the first gap given up, not for every peer.
+            given_up: VecDeque::new(),
             repair_wait: None,
-            repairs: VecDeque::with_capacity(ASKED_LEN),
-            repair_requests: VecDeque::with_capacity(ASKED_LEN),
+            // Allocated at the first repair asked for.
+            repairs: VecDeque::new(),
+            repair_requests: VecDeque::new(),
             asked: [(0, 0); ASKED_LEN],
             asked_next: 0,
             now: None,

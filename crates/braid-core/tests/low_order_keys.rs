@@ -32,6 +32,44 @@ fn key(hex: &str) -> [u8; 32] {
     k
 }
 
+/// The fast check (a comparison with the small-order points) says what
+/// the DH definition says: for every small-order encoding (p and p + 1
+/// are the non-canonical ones that fit in 255 bits), for each with bit
+/// 255 set (X25519 ignores it), and for random keys, many near p.
+#[test]
+fn small_order_list_matches_the_dh_definition() {
+    let mut encodings: Vec<[u8; 32]> = LOW_ORDER.iter().map(|h| key(h)).collect();
+    for k in encodings.clone() {
+        let mut high = k;
+        high[31] |= 0x80;
+        encodings.push(high);
+    }
+    for k in &encodings {
+        assert!(noise::is_low_order_by_dh(k), "{k:02x?} is of small order");
+        assert!(noise::is_low_order(k), "{k:02x?}");
+    }
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..2000 {
+        let mut k = [0u8; 32];
+        for b in &mut k {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            *b = rng as u8;
+        }
+        // Near p too, where the reduction matters.
+        if rng.is_multiple_of(4) {
+            k[1..31].fill(0xff);
+            k[31] = 0x7f | (k[31] & 0x80);
+        }
+        assert_eq!(
+            noise::is_low_order(&k),
+            noise::is_low_order_by_dh(&k),
+            "{k:02x?}"
+        );
+    }
+}
+
 #[test]
 fn low_order_points_are_recognised_and_real_keys_are_not() {
     for hex in LOW_ORDER {

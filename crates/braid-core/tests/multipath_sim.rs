@@ -486,3 +486,29 @@ fn a_loss_on_the_busy_line_does_not_wait_for_the_idle_one() {
     assert!(arrived(&net, next, end) as f64 > 0.998 * f64::from(end - next));
     assert_eq!(in_order(&got(&net, B)), None);
 }
+
+/// A second line the stream does not need carries nothing, so nothing it
+/// carries says what it could: probe trains keep its estimate near its
+/// capacity (40 Mbit/s here), not the 10 Mbit/s guess it started with.
+#[test]
+fn an_idle_line_is_measured_by_probe_trains() {
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), capped(40.0, 30), 27);
+    establish(&mut net);
+    let mark = net.capture.len();
+    load(&mut net, 0, 8.0, Duration::from_secs(5));
+    let info = net.peer_info(A);
+    let line2 = &info.paths[1];
+    let mbit = line2.outbound.rate() * 8.0 / 1e6;
+    let fillers = net.capture[mark..]
+        .iter()
+        .filter(|d| d.from == A && d.line == 2 && d.bytes.len() > 1200)
+        .count();
+    eprintln!("line 2: estimate {mbit:.1} Mbit/s, {fillers} datagrams of filler and data");
+    assert!(
+        (32.0..48.0).contains(&mbit),
+        "line 2's estimate is {mbit:.1} Mbit/s against a 40 Mbit/s line"
+    );
+    // Two or three trains of about 50 messages in 5 s, and no data.
+    assert!((50..=200).contains(&fillers), "{fillers}");
+    assert_eq!(data_on_line(&net, 2, mark), 0);
+}

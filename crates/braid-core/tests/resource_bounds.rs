@@ -65,8 +65,7 @@ fn peers_stop_at_the_limit() {
 
 #[test]
 fn paths_per_peer_stop_at_max_paths() {
-    let local = LocalStatic::new([3; 32]);
-    let mut peer = Peer::new(&local, [4; 32]);
+    let mut peer = Peer::new([4; 32]);
     let now = clock::epoch();
     // A braid peer (it spoke braid in its session) learns a path from
     // every new source.
@@ -92,8 +91,7 @@ fn paths_per_peer_stop_at_max_paths() {
 
 #[test]
 fn staged_packets_stop_at_the_limit_and_buffers_are_recycled() {
-    let local = LocalStatic::new([3; 32]);
-    let mut peer = Peer::new(&local, [4; 32]);
+    let mut peer = Peer::new([4; 32]);
     let packet = [0x45u8; 1400];
     for _ in 0..TENFOLD * MAX_STAGED_PACKETS {
         peer.stage(&packet);

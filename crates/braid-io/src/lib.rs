@@ -24,7 +24,7 @@ pub mod udp;
 pub mod wake;
 
 pub use poll::{wait, Interest, Readiness};
-pub use sys::{advise_huge_pages, setsockopt_int};
+pub use sys::{advise_huge_pages, kernel_int, realtime_this_thread, setsockopt_int, timespec_of};
 pub use tcp::TcpLine;
 pub use tun::{is_removed_error, LinkState, Offload, OffloadStats, Tun, TunRead};
 pub use udp::UdpSocket;

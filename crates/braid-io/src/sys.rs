@@ -57,6 +57,70 @@ pub fn advise_huge_pages(region: &mut [u8]) -> std::io::Result<()> {
     .map(drop)
 }
 
+/// `value` in the integer type a kernel-facing field or argument has in
+/// this target's libc, which is not the same everywhere: `msg_controllen`
+/// and `cmsg_len` are `size_t` in glibc and `socklen_t` in musl,
+/// `msg_iovlen` is `size_t` in glibc and `int` in musl, the flags of
+/// `recvmmsg`/`sendmmsg` are `int` in glibc and `unsigned` in musl, and the
+/// request of `ioctl` is `unsigned long` in glibc and `int` in musl. The
+/// values braid passes there are small (a control buffer's size, a batch's
+/// count, a flag, an ioctl number), so one that does not fit is a bug, and
+/// it panics rather than being silently cut as a cast would.
+pub fn kernel_int<T: TryFrom<U>, U: Copy + std::fmt::Debug>(value: U) -> T {
+    match T::try_from(value) {
+        Ok(v) => v,
+        Err(_) => panic!(
+            "{value:?} does not fit the {} the kernel interface takes here",
+            std::any::type_name::<T>()
+        ),
+    }
+}
+
+/// `d` as a `timespec`, field by field: musl's has padding on 32-bit
+/// targets (no struct literal) and its `time_t` is 64 bits where glibc's
+/// may be 32. Seconds past what `time_t` holds become 68 years, which is
+/// forever to every caller here.
+pub fn timespec_of(d: std::time::Duration) -> libc::timespec {
+    // SAFETY: all-zero timespec is valid.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    ts.tv_sec = d
+        .as_secs()
+        .try_into()
+        .unwrap_or_else(|_| kernel_int(i32::MAX));
+    // Below 10^9: fits every target's c_long.
+    ts.tv_nsec = d.subsec_nanos() as libc::c_long;
+    ts
+}
+
+/// Puts the calling thread in the real-time class `policy` (`SCHED_FIFO`
+/// or `SCHED_RR`) at `priority`; threads and processes it starts later
+/// inherit it. Through `pthread_setschedparam`, not `sched_setscheduler`:
+/// on Linux both act on the one thread, but musl's `sched_setscheduler`
+/// always fails with ENOSYS (POSIX means it for the whole process).
+pub fn realtime_this_thread(policy: libc::c_int, priority: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: all-zero sched_param is valid (musl's has more fields than
+    // the priority, so no struct literal).
+    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+    param.sched_priority = priority;
+    // SAFETY: this thread's own handle and a live sched_param.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &param) };
+    match rc {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// The text of a NUL-terminated `c_char` array such as `ifr_name`; a
+/// `c_char` is signed on x86 and unsigned on ARM, a byte either way.
+pub(crate) fn c_chars_to_string(chars: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c.to_ne_bytes()[0])
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Like [`cvt`] for `ssize_t` results (read/write).
 pub(crate) fn cvt_size(ret: libc::ssize_t) -> std::io::Result<usize> {
     if ret < 0 {

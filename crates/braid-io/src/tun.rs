@@ -150,13 +150,7 @@ impl Tun {
         crate::sys::cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut ifr) })
             .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name:?}: {e}")))?;
 
-        let name_bytes: Vec<u8> = ifr
-            .ifr_name
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        Ok((fd, String::from_utf8_lossy(&name_bytes).into_owned()))
+        Ok((fd, crate::sys::c_chars_to_string(&ifr.ifr_name)))
     }
 
     /// Fixes the `virtio_net_hdr` at its 10-byte form and turns on checksum

@@ -72,14 +72,19 @@ impl ReadyPipe {
 
 /// Forks. The parent waits for the child's readiness report and exits with
 /// its outcome; the child returns its end of the pipe and carries on
-/// detached, with stdio on `log_path`. Must run before any thread starts.
+/// detached, with stdio on `log_path`. Must run before braid starts any
+/// thread (checked, see [`crate::threads`]).
 pub fn daemonize(log_path: &str) -> std::io::Result<ReadyPipe> {
+    if !crate::threads::none_started() {
+        return Err(crate::threads::started_error("the daemon"));
+    }
     let mut fds = [0 as RawFd; 2];
     // SAFETY: fds is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: fork has no preconditions here: no other thread exists yet.
+    // SAFETY: no thread of braid's exists yet (checked above), so the child
+    // may carry on as the parent would.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());

@@ -11,6 +11,7 @@ pub mod mtu_show;
 pub mod sd_notify;
 pub mod show;
 pub mod syncconf;
+pub mod threads;
 pub mod toolkit;
 pub mod top;
 pub mod uapi;

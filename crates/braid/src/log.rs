@@ -158,7 +158,9 @@ fn journal_stream_matches(stream: &str, dev: libc::dev_t, ino: libc::ino_t) -> b
     let Some((d, i)) = stream.split_once(':') else {
         return false;
     };
-    d.parse::<u64>().is_ok_and(|d| d == dev) && i.parse::<u64>().is_ok_and(|i| i == ino)
+    // Parsed as the target's own types: ino_t is 32 bits on 32-bit glibc.
+    d.parse::<libc::dev_t>().is_ok_and(|d| d == dev)
+        && i.parse::<libc::ino_t>().is_ok_and(|i| i == ino)
 }
 
 /// The line for one event, newline included. `unix_ms` is the wall clock.

@@ -167,9 +167,19 @@ enum BenchCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// A server with many idle peers, braid and wireguard-go side by side:
+    /// wg setconf/show times, idle CPU, RSS, a live peer's ping and TCP,
+    /// handshakes per second when thousands initiate at once.
+    #[command(disable_help_flag = true)]
+    Peers {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
+    // Before anything can start a thread: what exists now is not braid's.
+    braid::threads::note_start();
     // `braid -f NAME` is wireguard-go's own order (`wireguard-go -f NAME`);
     // clap would take the leading flag for one of its own.
     let raw: Vec<String> = std::env::args().skip(1).collect();
@@ -224,6 +234,7 @@ fn main() -> ExitCode {
         Command::Bench(BenchCommand::Crypto { args }) => braid::toolkit::bench::crypto::run(&args),
         Command::Bench(BenchCommand::Tunnel { args }) => braid::toolkit::bench::tunnel::run(&args),
         Command::Bench(BenchCommand::Echo { args }) => braid::toolkit::bench::echo::run(&args),
+        Command::Bench(BenchCommand::Peers { args }) => braid::toolkit::bench::peers::run(&args),
         Command::Bench(BenchCommand::HandshakeFlood { args }) => {
             braid::toolkit::bench::flood::run(&args)
         }

@@ -17,6 +17,7 @@ impl Device {
         if let Some(p) = self.peers[pid].as_mut() {
             p.compression = policy;
         }
+        self.peers.settle();
     }
 
     /// Whether we offer (and accept) LZ4-compressed packets with `pid`;

@@ -1,5 +1,6 @@
 //! Handshake messages in and out: initiation, response, cookie reply.
 
+use super::jobs::CryptoJobs;
 use super::state::{Device, IndexEntry};
 use crate::batch::LocalAddr;
 use crate::consts::INITIATIONS_PER_SECOND;
@@ -28,9 +29,16 @@ impl Device {
         if !retry && !p.may_initiate(now) {
             return;
         }
+        if p.paths.is_empty() {
+            return;
+        }
+        let (Some(local), Some(p)) = (self.local.as_ref(), self.peers[pid].as_mut()) else {
+            return;
+        };
+        p.derive_static_static(local);
         // A low-order peer key: no initiation can be made (Linux WireGuard
         // gives up the same way); the configuration refuses such keys.
-        if p.paths.is_empty() || self.local.is_none() || p.remote.static_static.is_none() {
+        if p.remote.static_static.is_none() {
             return;
         }
         if let Some(old) = self.peers[pid].as_mut().and_then(|p| p.handshake.take()) {
@@ -128,25 +136,57 @@ impl Device {
         Admission::Proceed
     }
 
-    pub(super) fn receive_initiation(
+    /// An initiation arrived: once the checks that need the
+    /// device pass (macs, cookies under load, rate limits, the batch's
+    /// budget), its DH work becomes a job (see `jobs`), done without the
+    /// device; [`finish_initiations`](Self::finish_initiations) answers it.
+    pub(super) fn prepare_initiation(
         &mut self,
         now: Instant,
-        line: u16,
-        src: SocketAddr,
-        arrived_at: LocalAddr,
+        (line, src, arrived_at): (u16, SocketAddr, LocalAddr),
         msg: &[u8; INITIATION_LEN],
+        jobs: &mut CryptoJobs,
     ) {
         let sender = messages::read_u32(msg, messages::initiation::SENDER);
         if let Admission::Drop = self.admit(now, msg, line, src, sender) {
             return;
         }
-        let Some(local) = self.local.as_ref() else {
+        let Some(local) = self.local.clone() else {
             return;
         };
-        let Ok(received) = noise::consume_initiation(local, msg) else {
-            self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
-            return;
-        };
+        let ephemeral = StaticSecret::from(self.random_bytes::<32>());
+        jobs.push_initiation(
+            (line, src, arrived_at),
+            msg,
+            &local,
+            &self.by_key,
+            ephemeral,
+        );
+    }
+
+    /// Answers the initiations whose DH work `jobs` did: the peer by the
+    /// key the initiation carried, its replay and flood checks, a new
+    /// session and the response.
+    pub(super) fn finish_initiations(&mut self, now: Instant, jobs: &mut CryptoJobs) {
+        for job in jobs.initiations_mut() {
+            let from = (job.line, job.src, job.arrived_at);
+            match job.outcome.take() {
+                Some(Ok((received, dh))) => self.answer_initiation(now, from, received, dh),
+                Some(Err(())) | None => {
+                    self.counters.handshake_rejected =
+                        self.counters.handshake_rejected.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    fn answer_initiation(
+        &mut self,
+        now: Instant,
+        (line, src, arrived_at): (u16, SocketAddr, LocalAddr),
+        received: noise::ReceivedInitiation,
+        dh: noise::ResponseDh,
+    ) {
         let Some(pid) = self.find_peer(&received.peer_public) else {
             self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
@@ -167,13 +207,12 @@ impl Device {
 
         let index = self.new_index(IndexEntry::Session(pid));
         let offer_aes = self.offers_aes(pid);
-        let ephemeral = StaticSecret::from(self.random_bytes::<32>());
         let p = self.peers[pid].as_mut().expect("indexed peer exists");
         let mut response = [0u8; RESPONSE_LEN];
         let Ok(keys) =
-            noise::create_response(&received, &p.remote, ephemeral, index, &mut response)
+            noise::finish_response(&received, dh, &p.remote.preshared, index, &mut response)
         else {
-            // Not reached: consume_initiation refused low-order keys already.
+            // Not reached: hashes only, nothing that can fail.
             self.indices.remove(&index);
             self.counters.handshake_rejected = self.counters.handshake_rejected.saturating_add(1);
             return;
@@ -194,7 +233,7 @@ impl Device {
             dropped.push(ours.local_index);
         }
         p.keypairs.install(kp, &mut dropped);
-        p.authenticated_rx(now, line, src, msg.len());
+        p.authenticated_rx(now, line, src, INITIATION_LEN);
         p.counters.handshake_responses_sent = p.counters.handshake_responses_sent.saturating_add(1);
         self.note_local_address(line, src, arrived_at);
         let p = self.peers[pid].as_mut().expect("checked above");

@@ -6,11 +6,23 @@
 //! on whichever thread (or threads) the caller likes, and the device
 //! finishes the opened packets afterwards. A batch's jobs usually share
 //! one session, so the keys are kept once per distinct session.
+//!
+//! Handshake initiations that passed the device's checks (macs, cookies
+//! under load, rate limits, the batch's budget) are jobs too: the
+//! responder's five scalar multiplications (decrypting the initiation,
+//! then the response's DH) run here, without the device, and in parts on
+//! several threads when there are several ([`CryptoJobs::initiation_parts`]);
+//! the device then finds the peer and sends the response.
 
-use crate::batch::{PacketBatch, SlotRange};
+use super::table::PeerKeys;
+use crate::batch::{LocalAddr, PacketBatch, SlotRange};
 use crate::cipher::DataKeys;
+use crate::messages::INITIATION_LEN;
+use crate::noise::{self, LocalStatic, ReceivedInitiation, ResponseDh};
 use crate::peer::PeerId;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use x25519_dalek::StaticSecret;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Outcome {
@@ -27,11 +39,54 @@ pub(super) struct Job {
     pub outcome: Outcome,
 }
 
+/// The DH work of answering one handshake initiation.
+pub(super) struct InitiationJob {
+    /// Where it came from: the line and source its response goes to, and
+    /// the local address it arrived at (the response leaves from it).
+    pub line: u16,
+    pub src: SocketAddr,
+    pub arrived_at: LocalAddr,
+    msg: [u8; INITIATION_LEN],
+    local: Arc<LocalStatic>,
+    /// Whose initiations are answered.
+    peers: PeerKeys,
+    /// Taken when the job runs.
+    ephemeral: Option<StaticSecret>,
+    /// `Some(Err(()))`: the initiation did not decrypt (not for us, or a
+    /// low-order key).
+    pub outcome: Option<Result<(ReceivedInitiation, ResponseDh), ()>>,
+}
+
+impl InitiationJob {
+    fn run(&mut self) {
+        let Some(ephemeral) = self.ephemeral.take() else {
+            return; // done already
+        };
+        self.outcome = Some(
+            noise::consume_initiation(&self.local, &self.msg)
+                .map_err(|_| ())
+                // A stranger's: no response, so none of its DH work.
+                .and_then(|received| {
+                    if self.peers.contains(&received.peer_public) {
+                        Ok(received)
+                    } else {
+                        Err(())
+                    }
+                })
+                .and_then(|received| {
+                    let dh = noise::response_dh(&received, &ephemeral).map_err(|_| ())?;
+                    Ok((received, dh))
+                }),
+        );
+    }
+}
+
 /// Seal or open jobs for one batch; reused from batch to batch.
 #[derive(Default)]
 pub struct CryptoJobs {
     keys: Vec<Arc<DataKeys>>,
     jobs: Vec<Job>,
+    initiations: Vec<InitiationJob>,
 }
 
 impl CryptoJobs {
@@ -42,6 +97,7 @@ impl CryptoJobs {
     pub fn clear(&mut self) {
         self.keys.clear();
         self.jobs.clear();
+        self.initiations.clear();
     }
 
     pub fn len(&self) -> usize {
@@ -76,6 +132,54 @@ impl CryptoJobs {
         &self.jobs
     }
 
+    /// Adds the DH work of answering the initiation `msg` (from `src` on
+    /// `line`) with `ephemeral` as our ephemeral key.
+    pub(super) fn push_initiation(
+        &mut self,
+        (line, src, arrived_at): (u16, SocketAddr, LocalAddr),
+        msg: &[u8; INITIATION_LEN],
+        local: &Arc<LocalStatic>,
+        peers: &PeerKeys,
+        ephemeral: StaticSecret,
+    ) {
+        self.initiations.push(InitiationJob {
+            line,
+            src,
+            arrived_at,
+            msg: *msg,
+            local: local.clone(),
+            peers: peers.clone(),
+            ephemeral: Some(ephemeral),
+            outcome: None,
+        });
+    }
+
+    pub(super) fn initiations_mut(&mut self) -> &mut [InitiationJob] {
+        &mut self.initiations
+    }
+
+    /// Initiations to answer in this batch.
+    pub fn initiations(&self) -> usize {
+        self.initiations.len()
+    }
+
+    /// The initiations in up to `parts` parts of about the same size, each
+    /// to run on a thread of its own (a handshake's DH work is hundreds of
+    /// microseconds: worth a thread when there are several).
+    pub fn initiation_parts(&mut self, parts: usize) -> impl Iterator<Item = InitiationPart<'_>> {
+        let per_part = self.initiations.len().div_ceil(parts.max(1)).max(1);
+        self.initiations
+            .chunks_mut(per_part)
+            .map(|jobs| InitiationPart { jobs })
+    }
+
+    /// Answers every initiation not answered yet, on this thread.
+    pub fn answer_initiations(&mut self) {
+        for job in &mut self.initiations {
+            job.run();
+        }
+    }
+
     /// Seals every prepared data message of `batch` in place.
     pub fn seal(&mut self, batch: &mut PacketBatch) {
         if let Some(all) = self.split(batch, 1).next() {
@@ -84,11 +188,13 @@ impl CryptoJobs {
     }
 
     /// Opens every data message of `batch` in place, remembering which
-    /// authenticated (the device finishes them).
+    /// authenticated, and does the DH work of every initiation (the device
+    /// finishes both).
     pub fn open(&mut self, batch: &mut PacketBatch) {
         if let Some(all) = self.split(batch, 1).next() {
             all.open();
         }
+        self.answer_initiations();
     }
 
     /// The jobs in up to `parts` parts of about the same size, each with
@@ -127,6 +233,27 @@ impl CryptoJobs {
                 keys,
             })
         })
+    }
+}
+
+/// Some of a batch's initiations (see [`CryptoJobs::initiation_parts`]).
+pub struct InitiationPart<'a> {
+    jobs: &'a mut [InitiationJob],
+}
+
+impl InitiationPart<'_> {
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    pub fn run(self) {
+        for job in self.jobs {
+            job.run();
+        }
     }
 }
 

@@ -48,11 +48,14 @@ mod pmtu;
 mod rate;
 mod receive;
 mod repair;
+mod route_memo;
 mod send;
 mod state;
 mod sticky;
+mod table;
+mod trains;
 
-pub use jobs::{CryptoJobs, CryptoPart};
+pub use jobs::{CryptoJobs, CryptoPart, InitiationPart};
 pub use pmtu::{MtuNotice, PathRoute};
 pub use state::{Device, DeviceCounters};
 
@@ -64,7 +67,7 @@ use crate::cipher::CipherPolicy;
 use crate::consts::*;
 use crate::cookie::CookieChecker;
 use crate::messages::INITIATION_LEN;
-use crate::noise::{self, LocalStatic, RemoteStatic};
+use crate::noise::{self, LocalStatic};
 use crate::peer::{Peer, PeerId};
 use crate::ratelimiter::SourceRateLimiter;
 use crate::reorder::{ReorderConfig, ReorderCounters, ReorderWindow};
@@ -147,8 +150,8 @@ impl Device {
         Device {
             local: None,
             checker: None,
-            peers: Vec::new(),
-            by_key: HashMap::new(),
+            peers: table::PeerTable::default(),
+            by_key: table::PeerKeys::default(),
             peer_limit: MAX_PEERS,
             allowed: AllowedIps::new(),
             indices: HashMap::default(),
@@ -158,13 +161,16 @@ impl Device {
             mtu: DEFAULT_MTU,
             control: VecDeque::new(),
             pmtu_probes: VecDeque::new(),
+            trains: VecDeque::new(),
             resends: VecDeque::new(),
             padding_cap: usize::MAX,
             too_big: Vec::new(),
             too_big_len: 0,
-            free_peer_slots: Vec::new(),
             pending_flush: Vec::new(),
             reorder_ready: Vec::new(),
+            scratch_due: Vec::new(),
+            send_route: route_memo::RouteMemo::default(),
+            receive_route: route_memo::RouteMemo::default(),
             handshake_window: (now, 0),
             handshake_budget: MAX_HANDSHAKES_PER_BATCH,
             source_limiter: SourceRateLimiter::new(),
@@ -178,7 +184,6 @@ impl Device {
             compression: crate::compress::CompressionPolicy::Off,
             lz4: crate::compress::Lz4::new(),
             sticky: Default::default(),
-            mtu_notices: Vec::new(),
             counters: DeviceCounters::default(),
         }
     }
@@ -202,11 +207,11 @@ impl Device {
         if private == self.private_key() {
             return;
         }
-        self.local = private.map(LocalStatic::new);
+        self.local = private.map(|k| std::sync::Arc::new(LocalStatic::new(k)));
         self.checker = self.local.as_ref().map(|l| CookieChecker::new(&l.public));
         // A peer can't be ourselves.
         if let Some(own) = self.public_key() {
-            if self.by_key.contains_key(&own) {
+            if self.by_key.contains(&own) {
                 self.remove_peer(&own);
             }
         }
@@ -216,6 +221,7 @@ impl Device {
                 self.forget_sessions(pid);
             }
         }
+        self.peers.settle();
     }
 
     pub fn private_key(&self) -> Option<[u8; 32]> {
@@ -236,6 +242,7 @@ impl Device {
         if let Some(p) = self.peers[pid].as_mut() {
             p.cipher = policy;
         }
+        self.peers.settle();
     }
 
     /// Test knob (feature `testing`): overrides the AES hardware detection
@@ -264,7 +271,7 @@ impl Device {
         self.mtu = mtu;
         // A raised tunnel MTU must not push full-size packets past the
         // reorder windows (they would skip reordering and open gaps).
-        for p in self.peers.iter_mut().flatten() {
+        for p in self.peers.iter_mut_untimed() {
             p.reorder.raise_max_packet(mtu);
         }
     }
@@ -283,42 +290,24 @@ impl Device {
     }
 
     pub fn find_peer(&self, public: &[u8; 32]) -> Option<PeerId> {
-        self.by_key.get(public).copied()
+        self.by_key.get(public)
     }
 
     /// Adds a peer (or returns the existing one). `None` when the key is our
     /// own or the device is full (`MAX_PEERS`, or a lower `set_peer_limit`).
     pub fn add_peer(&mut self, public: [u8; 32]) -> Option<PeerId> {
-        if let Some(&pid) = self.by_key.get(&public) {
+        if let Some(pid) = self.by_key.get(&public) {
             return Some(pid);
         }
         if self.public_key() == Some(public) || self.by_key.len() >= self.peer_limit {
             return None;
         }
-        // Peer math needs our static key; without one use a placeholder that
-        // is recomputed when the key is set.
-        let placeholder;
-        let local = match &self.local {
-            Some(l) => l,
-            None => {
-                placeholder = LocalStatic::new([0; 32]);
-                &placeholder
-            }
-        };
-        let peer = Peer::new(local, public);
-        let pid = match self.free_peer_slots.pop() {
-            Some(free) => {
-                self.peers[free] = Some(peer);
-                free
-            }
-            None => {
-                self.peers.push(Some(peer));
-                self.peers.len() - 1
-            }
-        };
+        let peer = Peer::new(public);
+        let pid = self.peers.insert(peer);
         self.by_key.insert(public, pid);
         // Window slots sized for this interface's MTU.
         self.set_reorder(pid, None, None);
+        self.peers.settle();
         Some(pid)
     }
 
@@ -348,18 +337,31 @@ impl Device {
                 }
             }
         }
-        self.pending_flush.retain(|&p| p != pid);
-        self.reorder_ready.retain(|&p| p != pid);
-        self.peers[pid] = None;
-        self.free_peer_slots.push(pid);
+        // Off the lists it is on (only then a walk of one list): the slot
+        // may soon hold another peer, which must not inherit its turn.
+        if let Some(p) = self.peers.remove(pid) {
+            if p.flush_queued {
+                self.pending_flush.retain(|&p| p != pid);
+            }
+            if p.ready_queued {
+                self.reorder_ready.retain(|&p| p != pid);
+            }
+        }
+        self.peers.settle();
         true
     }
 
     pub fn remove_all_peers(&mut self) {
-        let keys: Vec<[u8; 32]> = self.by_key.keys().copied().collect();
+        let keys = self.by_key.keys();
         for k in keys {
             self.remove_peer(&k);
         }
+    }
+
+    /// How many peers the device holds at most (`MAX_PEERS` unless a test
+    /// lowered it): a configuration that would go beyond is refused whole.
+    pub fn peer_limit(&self) -> usize {
+        self.peer_limit
     }
 
     /// Test knob (feature `testing`): holds at most `limit` peers (never
@@ -387,26 +389,52 @@ impl Device {
     }
 
     pub fn peer(&self, pid: PeerId) -> Option<&Peer> {
-        self.peers.get(pid).and_then(Option::as_ref)
+        self.peers.get(pid)
+    }
+
+    /// Peers that have a session now: the ones whose paths carry
+    /// anything (path MTU, connections), without a walk of every peer.
+    pub fn peers_with_session(&self) -> &[PeerId] {
+        self.peers.with_session()
+    }
+
+    /// Moves into `out` the peers that changed (were worked on: traffic,
+    /// timers, handshakes, configuration, removal) since the last call,
+    /// each once, so a watcher (the daemon's event log) compares those
+    /// and not every peer. A removed peer's id comes with no peer behind
+    /// it (or with the next peer that took its slot).
+    pub fn take_changed_peers(&mut self, out: &mut Vec<PeerId>) {
+        self.peers.take_changed(out);
+    }
+
+    /// Peers `handle_timeout` woke since the device was made: one per
+    /// due deadline, however many peers are idle (what the simulator's
+    /// many-peer cases count).
+    pub fn peers_woken(&self) -> u64 {
+        self.peers.woken
     }
 
     pub fn set_preshared_key(&mut self, pid: PeerId, psk: [u8; 32]) {
         if let Some(p) = self.peers[pid].as_mut() {
             p.remote.preshared = psk;
         }
+        self.peers.settle();
     }
 
     pub fn set_endpoint(&mut self, pid: PeerId, endpoint: SocketAddr) {
         if let Some(p) = self.peers[pid].as_mut() {
             p.set_endpoint(endpoint);
         }
+        self.peers.settle();
     }
 
     /// Adds a configured path: `remote` reached over local line `line`.
     pub fn add_path(&mut self, pid: PeerId, name: &str, line: u16, remote: SocketAddr) -> bool {
-        self.peers[pid]
+        let added = self.peers[pid]
             .as_mut()
-            .is_some_and(|p| p.add_path(name, line, remote))
+            .is_some_and(|p| p.add_path(name, line, remote));
+        self.peers.settle();
+        added
     }
 
     /// Removes the configured path `name` of peer `pid` (never the plain
@@ -416,7 +444,10 @@ impl Device {
     /// over, since the later paths move up one place; the remaining lines
     /// are measured again within a few probe intervals.
     pub fn remove_path(&mut self, pid: PeerId, name: &str) -> bool {
-        let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) else {
+        if pid >= self.peers.len() {
+            return false;
+        }
+        let Some(p) = self.peers[pid].as_mut() else {
             return false;
         };
         let Some(i) = p.paths.iter().position(|path| {
@@ -436,6 +467,7 @@ impl Device {
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;
         p.reorder_retired = [None; 2];
+        self.peers.settle();
         true
     }
 
@@ -456,6 +488,7 @@ impl Device {
         if let Some(p) = self.peers[pid].as_mut() {
             p.mode = mode;
         }
+        self.peers.settle();
     }
 
     /// Sets the persistent keepalive; turning it on sends one at once, which
@@ -471,6 +504,7 @@ impl Device {
         } else if was == 0 {
             self.send_keepalive(now, pid);
         }
+        self.peers.settle();
     }
 
     pub fn add_allowed_ip(
@@ -481,34 +515,41 @@ impl Device {
     ) -> Result<(), InvalidPrefix> {
         let old = self.allowed.insert(addr, prefix, pid)?;
         if old != Some(pid) {
-            if let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) {
+            let allowed = &self.allowed;
+            if let Some(p) = self.peers.get_mut_untimed(pid) {
                 p.allowed_prefixes += 1;
+                p.prefixes
+                    .push((crate::allowed_ips::masked(addr, prefix), prefix));
+                // Prefixes moved to other peers since: kept until they
+                // outnumber the rest, so each addition stays O(1) amortized.
+                if p.prefixes.len() > 2 * p.allowed_prefixes + 16 {
+                    p.prefixes
+                        .retain(|&(a, l)| allowed.get_exact(a, l) == Some(pid));
+                    p.prefixes.sort_unstable();
+                    p.prefixes.dedup();
+                }
             }
-            if let Some(p) = old
-                .and_then(|o| self.peers.get_mut(o))
-                .and_then(Option::as_mut)
-            {
+            if let Some(p) = old.and_then(|o| self.peers.get_mut_untimed(o)) {
                 p.allowed_prefixes = p.allowed_prefixes.saturating_sub(1);
             }
         }
         Ok(())
     }
 
+    /// Takes every AllowedIP from the peer: one lookup per prefix it was
+    /// given, not a walk of the table.
     pub fn clear_allowed_ips(&mut self, pid: PeerId) {
-        let Some(p) = self.peers.get_mut(pid).and_then(Option::as_mut) else {
+        let Some(p) = self.peers.get_mut_untimed(pid) else {
             return;
         };
-        // Linear in the table: only when the peer has prefixes to lose.
-        if std::mem::take(&mut p.allowed_prefixes) > 0 {
-            self.allowed.remove_value(pid);
+        p.allowed_prefixes = 0;
+        for (addr, prefix) in std::mem::take(&mut p.prefixes) {
+            self.allowed.remove_if_value(addr, prefix, pid);
         }
     }
 
     pub fn peer_info(&self, pid: PeerId) -> Option<PeerInfo> {
-        Some(Self::info_of(
-            self.peer(pid)?,
-            self.allowed.entries_for(pid),
-        ))
+        Some(Self::info_of(self.peer(pid)?, self.allowed_ips_of(pid)))
     }
 
     /// [`peer_info`](Self::peer_info) of every peer, in `peer_ids` order,
@@ -523,6 +564,30 @@ impl Device {
                 Some((pid, Self::info_of(p, ips)))
             })
             .collect()
+    }
+
+    /// The AllowedIPs of one peer, in the table's order (IPv4 first, by
+    /// address, shorter prefixes first), from what the peer was given:
+    /// one lookup each, not a walk of the table (listing every peer of a
+    /// streamed `get` is then linear).
+    pub fn allowed_ips_of(&self, pid: PeerId) -> Vec<(IpAddr, u8)> {
+        let Some(p) = self.peer(pid) else {
+            return Vec::new();
+        };
+        let mut ips: Vec<(IpAddr, u8)> = p
+            .prefixes
+            .iter()
+            .copied()
+            .filter(|&(addr, prefix)| self.allowed.get_exact(addr, prefix) == Some(pid))
+            .collect();
+        ips.sort_unstable_by_key(|&(addr, prefix)| (addr.is_ipv6(), addr, prefix));
+        ips.dedup();
+        ips
+    }
+
+    /// Peer ids are below this (slots, taken or free).
+    pub fn peer_id_bound(&self) -> PeerId {
+        self.peers.len()
     }
 
     fn info_of(p: &Peer, allowed_ips: Vec<(IpAddr, u8)>) -> PeerInfo {
@@ -558,22 +623,18 @@ impl Device {
 
     // ----- time -----
 
-    /// When `handle_timeout` must run next.
+    /// When `handle_timeout` must run next: the earliest of every peer's
+    /// deadline, read in O(1) from the schedule (see `deadlines`).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers
-            .iter()
-            .flatten()
-            .flat_map(|p| {
-                let shaper = p.rate_limit.as_ref().and_then(|r| r.next_release());
-                [p.timers.next(), p.reorder.poll_timeout(), shaper]
-            })
-            .flatten()
-            .min()
+        self.peers.next_deadline()
     }
 
-    /// Fires every timer that is due.
+    /// Fires every timer that is due: only the peers whose deadline has
+    /// come are visited, however many others there are.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for pid in 0..self.peers.len() {
+        let mut due = std::mem::take(&mut self.scratch_due);
+        self.peers.take_due(now, &mut due);
+        for &pid in &due {
             self.schedule_shaped(now, pid);
             let Some(p) = self.peers[pid].as_mut() else {
                 continue;
@@ -592,6 +653,9 @@ impl Device {
                 self.fire(now, pid, t);
             }
         }
+        due.clear();
+        self.scratch_due = due;
+        self.peers.settle();
     }
 
     fn fire(&mut self, now: Instant, pid: PeerId, timer: Timer) {
@@ -638,8 +702,10 @@ impl Device {
     // ----- internals shared by send and receive -----
 
     fn reorder_ready_add(&mut self, pid: PeerId) {
-        if !self.reorder_ready.contains(&pid) {
-            self.reorder_ready.push(pid);
+        if let Some(p) = self.peers[pid].as_mut() {
+            if !std::mem::replace(&mut p.ready_queued, true) {
+                self.reorder_ready.push(pid);
+            }
         }
     }
 
@@ -653,6 +719,7 @@ impl Device {
                 self.reorder_ready.pop();
                 continue;
             };
+            p.ready_queued = false;
             while !out.is_full() {
                 let Some(packet) = p.reorder.pop_ready() else {
                     break;
@@ -675,10 +742,13 @@ impl Device {
             }
             let shaped_due = rate::release_inbound(p, now, out);
             if out.is_full() && (p.reorder.ready_packets() > 0 || shaped_due) {
+                p.ready_queued = true;
+                self.peers.settle();
                 return true;
             }
             self.reorder_ready.pop();
         }
+        self.peers.settle();
         false
     }
 
@@ -690,23 +760,28 @@ impl Device {
             return;
         };
         let defaults = ReorderConfig::default();
+        let capacity = capacity.unwrap_or(defaults.capacity);
         let cfg = ReorderConfig {
             hold_ceiling: hold.unwrap_or(defaults.hold_ceiling),
-            capacity: capacity.unwrap_or(defaults.capacity),
+            capacity,
+            // The byte bound follows the packet bound (2 KiB a packet, as
+            // the defaults): a larger ReorderCapacity for a fast bond with
+            // a wide delay difference must not stop at 4 MiB.
+            max_bytes: capacity
+                .saturating_mul(defaults.max_bytes / defaults.capacity)
+                .max(defaults.max_bytes),
             max_packet: mtu.max(defaults.max_packet),
-            ..defaults
         };
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;
         p.reorder_retired = [None; 2];
+        self.peers.settle();
     }
 
     fn recompute_static(&mut self, pid: PeerId) {
-        let (Some(local), Some(p)) = (&self.local, self.peers[pid].as_mut()) else {
-            return;
-        };
-        let psk = p.remote.preshared;
-        p.remote = RemoteStatic::new(local, p.remote.public, psk);
+        if let Some(p) = self.peers[pid].as_mut() {
+            p.forget_static_static();
+        }
     }
 
     /// Drops every session and the pending handshake of a peer.
@@ -799,6 +874,7 @@ impl Device {
                 self.forget_sessions(pid);
             }
         }
+        self.peers.settle();
     }
 
     /// The wall-clock time at `now`: the driver's last word on it

@@ -117,7 +117,7 @@ impl Device {
         self.queue_ext(now, pid, line, remote, ExtMessage::Sent(body));
     }
 
-    fn mono_us(&self, now: Instant) -> u64 {
+    pub(super) fn mono_us(&self, now: Instant) -> u64 {
         mono_us(self.mono_base, now)
     }
 
@@ -217,6 +217,7 @@ impl Device {
         }
         if braid {
             self.probe_path_mtu(now, pid);
+            self.probe_trains(now, pid);
             if self.peers[pid]
                 .as_ref()
                 .is_some_and(|p| p.sent_since_report)
@@ -331,6 +332,13 @@ impl Device {
                 self.receive_pmtu(now, pid, line, src, msg);
             }
             ExtMessage::Repair { from, count } => self.queue_resends(pid, receiver, from, count),
+            ExtMessage::Filler { .. } => {
+                // Delivered on this path: counted with its data, so the
+                // echo of the train's last probe says how fast it came.
+                let p = self.peers[pid].as_mut().expect("checked above");
+                let c = &mut p.paths[at].counters;
+                c.data_rx_bytes = c.data_rx_bytes.saturating_add(datagram.len() as u64);
+            }
             ExtMessage::Sent(b) => {
                 let p = self.peers[pid].as_mut().expect("checked above");
                 // About the counters of the session it is sealed in: only

@@ -8,7 +8,7 @@ use crate::batch::PacketBatch;
 use crate::ext::{ExtMessage, PmtuBody, MAX_PADDED_PAYLOAD};
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
 use crate::peer::PeerId;
-use crate::pmtud::{self, max_for_link, MAX_PLPMTU, MIN_PLPMTU};
+use crate::pmtud::{self, max_for_link, MIN_PLPMTU};
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -28,7 +28,7 @@ const UNSPECIFIED_ADDR: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
 
 /// Notices waiting for the driver at most; more are dropped (each says
 /// how a peer's packets go now, the newest matter).
-const MAX_MTU_NOTICES: usize = 64;
+pub(super) const MAX_MTU_NOTICES: usize = 64;
 
 /// How a peer's packets go now, when that changed in a way worth a log
 /// line: held below IPv6's 1280 bytes (so IPv6 cannot pass), or split
@@ -152,12 +152,17 @@ impl Device {
         }
     }
 
-    /// Every path with its line, so the I/O layer can tell each path's
-    /// discovery the MTU of the line it leaves on.
-    pub fn path_routes(&self) -> Vec<PathRoute> {
+    /// Every path of the peers that have a session, with its line, so the
+    /// I/O layer can tell each path's discovery (and a stock peer's limit)
+    /// the MTU of the line it leaves on. Idle peers cost nothing: a peer
+    /// is asked about once it has a session.
+    pub fn path_routes(&mut self) -> Vec<PathRoute> {
+        self.peers.settle();
         let mut v = Vec::new();
-        for pid in self.peer_ids() {
-            let p = self.peers[pid].as_ref().expect("listed peer");
+        for &pid in self.peers.with_session() {
+            let Some(p) = self.peers.get(pid) else {
+                continue;
+            };
             for (i, path) in p.paths.iter().enumerate() {
                 v.push(PathRoute {
                     pid,
@@ -190,6 +195,7 @@ impl Device {
         };
         let max = max_for_link(link_mtu, route.remote.is_ipv6()).min(largest);
         path.pmtu.set_max(now, max);
+        self.peers.settle();
     }
 
     /// Caps WireGuard's padding at `mtu` (the path MTU target): a packet
@@ -209,7 +215,10 @@ impl Device {
     /// lines do not carry goes in pieces); for a stock WireGuard peer with
     /// a session `default`, or less when its local lines carry less
     /// (nothing is discovered there); `None` when the peer says nothing yet.
-    fn peer_path_mtu(p: &crate::peer::Peer, default: usize) -> Option<usize> {
+    // What the peer table counts (`PathMtuSays`), checked against it in
+    // debug builds.
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    pub(super) fn peer_path_mtu(p: &crate::peer::Peer, default: usize) -> Option<usize> {
         if p.speaks_braid() {
             let carry = Self::path_carry(p, |_| true)?;
             Some(Self::limit_for(p, carry))
@@ -223,7 +232,7 @@ impl Device {
     /// The smallest size the live paths (all of them when none is live:
     /// what they carried last still holds, no flapping back to the default
     /// while a line is cut) that `counted` keeps carry.
-    fn path_carry(
+    pub(super) fn path_carry(
         p: &crate::peer::Peer,
         counted: impl Fn(&crate::path::Path) -> bool,
     ) -> Option<usize> {
@@ -241,7 +250,7 @@ impl Device {
     /// step: the peer pads what it sends to a multiple of 16 (up to its
     /// own MTU), so a packet as long as this comes back padded no longer.
     /// Below 1280 IPv6 cannot pass.
-    fn stock_line_limit(p: &crate::peer::Peer) -> Option<usize> {
+    pub(super) fn stock_line_limit(p: &crate::peer::Peer) -> Option<usize> {
         let line = p
             .paths
             .iter()
@@ -254,12 +263,7 @@ impl Device {
     /// (see [`refresh_path_mtus`](Self::refresh_path_mtus) for the
     /// interface MTU braid uses); `default` when no peer says anything.
     pub fn path_mtu_target(&self, default: usize) -> usize {
-        self.peers
-            .iter()
-            .flatten()
-            .filter_map(|p| Self::peer_path_mtu(p, default))
-            .min()
-            .unwrap_or(default)
+        self.peers.path_mtu_target(default)
     }
 
     /// The largest packet a braid peer's live paths are known to carry:
@@ -267,7 +271,7 @@ impl Device {
     /// `None` while nothing failed: a search still under way refuses no
     /// packet (an ICMP "too big" from it would lower the sender's path MTU
     /// for minutes, below what the path turns out to carry).
-    fn peer_known_limit(p: &crate::peer::Peer) -> Option<usize> {
+    pub(super) fn peer_known_limit(p: &crate::peer::Peer) -> Option<usize> {
         if !p.speaks_braid() {
             return Self::stock_line_limit(p);
         }
@@ -287,7 +291,7 @@ impl Device {
 
     /// A peer's limit as a ceiling of the packets sent to it whole or in
     /// pieces: at least 1280 for one that joins fragments.
-    fn limit_for(p: &crate::peer::Peer, carry: usize) -> usize {
+    pub(super) fn limit_for(p: &crate::peer::Peer, carry: usize) -> usize {
         if p.joins_fragments() {
             carry.max(MIN_PLPMTU)
         } else {
@@ -307,34 +311,22 @@ impl Device {
     /// (`MTU =`, or set by whoever drives the interface); then a peer is
     /// limited below it only by what its paths were seen not to carry, and
     /// every peer by what one UDP datagram carries (`MAX_PLPMTU`).
+    ///
+    /// What each peer says is counted as it changes, and a peer's limit is
+    /// set when the device works on it: this costs O(log n), and walks the
+    /// peers with a session only when the interface MTU or the mode
+    /// changed, never every peer (the daemon asks ten times a second).
     pub fn refresh_path_mtus(&mut self, default: usize, fixed: bool) -> usize {
-        if fixed {
-            // Nothing longer than one datagram carries goes to anyone.
-            for p in self.peers.iter_mut().flatten() {
-                let known = Self::peer_known_limit(p).map(|m| Self::limit_for(p, m));
-                let limit =
-                    Some(known.map_or(MAX_PLPMTU, |m| m.min(MAX_PLPMTU))).filter(|&m| m < default);
-                Self::set_limits(&mut self.mtu_notices, p, limit);
-            }
-            return default;
-        }
-        let interface = self
-            .peers
-            .iter()
-            .flatten()
-            .filter_map(|p| Self::peer_path_mtu(p, default))
-            .max()
-            .unwrap_or(default);
-        for p in self.peers.iter_mut().flatten() {
-            let limit = Self::peer_path_mtu(p, default).filter(|&m| m < interface);
-            Self::set_limits(&mut self.mtu_notices, p, limit);
-        }
-        interface
+        self.peers.refresh_path_mtus(default, fixed)
     }
 
     /// Sets a peer's limit and fragment payload; a notice when it crossed
     /// into (or out of) being split or held below 1280.
-    fn set_limits(notices: &mut Vec<MtuNotice>, p: &mut crate::peer::Peer, limit: Option<usize>) {
+    pub(super) fn set_limits(
+        notices: &mut Vec<MtuNotice>,
+        p: &mut crate::peer::Peer,
+        limit: Option<usize>,
+    ) {
         let notice = |p: &crate::peer::Peer| MtuNotice {
             public_key: p.public_key(),
             limit: p.mtu_limit,
@@ -354,7 +346,7 @@ impl Device {
     /// Moves the notices of peers whose packets now go differently (see
     /// [`MtuNotice`]) into `out`, for the driver's log.
     pub fn take_mtu_notices(&mut self, out: &mut Vec<MtuNotice>) {
-        out.append(&mut self.mtu_notices);
+        self.peers.take_mtu_notices(out);
     }
 
     /// Queues the ICMP "too big" answer to `packet` (for a peer whose paths

@@ -14,6 +14,7 @@ impl Device {
         if let Some(p) = self.peers[pid].as_mut() {
             p.rate_limit = rate_bits.map(crate::shaper::RateLimit::new);
         }
+        self.peers.settle();
     }
 
     /// From `handle_timeout`: queues whose head is due get their peer onto

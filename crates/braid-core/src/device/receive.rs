@@ -22,13 +22,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Length of the IP packet at the start of `plain` (the rest is padding),
-/// and whether its source address belongs to `pid`.
-fn inner_packet(device: &Device, pid: PeerId, plain: &[u8]) -> Option<usize> {
+/// and whether its source address belongs to `pid` (asked through the
+/// batch's `memo`).
+fn inner_packet(
+    table: &crate::allowed_ips::AllowedIps<PeerId>,
+    memo: &mut super::route_memo::RouteMemo,
+    pid: PeerId,
+    plain: &[u8],
+) -> Option<usize> {
     let ip = Ip::new(plain)?;
-    let owner = match ip {
-        Ip::V4(h) => device.allowed.lookup_v4(h.src()),
-        Ip::V6(h) => device.allowed.lookup_v6(h.src()),
-    };
+    let owner = memo.lookup(table, &ip, true);
     let len = ip.claimed_len();
     (len <= plain.len() && len >= 20 && owner == Some(pid)).then_some(len)
 }
@@ -62,7 +65,7 @@ impl Device {
         let mut jobs = std::mem::take(&mut self.scratch_jobs);
         self.prepare_decapsulate(now, batch, &mut jobs);
         jobs.open(batch);
-        self.finish_decapsulate(now, batch, &jobs);
+        self.finish_decapsulate(now, batch, &mut jobs);
         self.scratch_jobs = jobs;
     }
 
@@ -96,7 +99,7 @@ impl Device {
                 },
                 Some(Kind::Initiation) => {
                     let msg = (&*datagram).try_into().expect("classified by length");
-                    self.receive_initiation(now, line, src, local, msg);
+                    self.prepare_initiation(now, (line, src, local), msg, jobs);
                     batch.consume(i);
                 }
                 Some(Kind::Response) => {
@@ -120,12 +123,20 @@ impl Device {
                 }
             }
         }
+        self.peers.settle();
     }
 
     /// The second half of `decapsulate`: every opened data message is
     /// checked against the replay window, counted, routed through the
     /// reorder window, and left in its slot as an IP packet or consumed.
-    pub fn finish_decapsulate(&mut self, now: Instant, batch: &mut PacketBatch, jobs: &CryptoJobs) {
+    pub fn finish_decapsulate(
+        &mut self,
+        now: Instant,
+        batch: &mut PacketBatch,
+        jobs: &mut CryptoJobs,
+    ) {
+        self.finish_initiations(now, jobs);
+        self.receive_route.forget();
         for job in jobs.jobs() {
             let i = job.slot;
             let (src, line, offset) = (batch.addr(i), batch.line(i), batch.offset(i));
@@ -151,6 +162,7 @@ impl Device {
                 None => batch.consume(i),
             }
         }
+        self.peers.settle();
     }
 
     /// Finds the session of a data message and pre-checks its counter.
@@ -242,7 +254,7 @@ impl Device {
             0
         } else if let Some(plain_len) = restored {
             let plain = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len];
-            match inner_packet(self, pid, plain) {
+            match inner_packet(&self.allowed, &mut self.receive_route, pid, plain) {
                 Some(len) => {
                     let p = self.peers[pid].as_mut()?;
                     p.on_data_received(now);

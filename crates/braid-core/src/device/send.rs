@@ -25,14 +25,6 @@ fn padded_len(len: usize, mtu: usize) -> usize {
     rounded.min(mtu).max(len)
 }
 
-/// The peer an IP packet is for, by its destination address.
-fn destination_peer(device: &Device, packet: &[u8]) -> Option<PeerId> {
-    match Ip::new(packet)? {
-        Ip::V4(h) => device.allowed.lookup_v4(h.dst()),
-        Ip::V6(h) => device.allowed.lookup_v6(h.dst()),
-    }
-}
-
 impl Device {
     /// Turns every IP packet of `batch` (read from the TUN at offset
     /// `HEADROOM`) into a data message for its peer, in place. Packets that
@@ -55,6 +47,7 @@ impl Device {
         jobs: &mut CryptoJobs,
     ) {
         jobs.clear();
+        self.send_route.forget();
         for i in 0..batch.len() {
             let (buf, offset, len) = batch.slot_parts_mut(i);
             if len == 0 {
@@ -62,7 +55,10 @@ impl Device {
             }
             debug_assert_eq!(offset, HEADROOM, "TUN packets are read at HEADROOM");
             let packet = &buf[offset..offset + len];
-            let Some(pid) = destination_peer(self, packet) else {
+            // The peer the packet is for, by its destination address.
+            let destination =
+                Ip::new(packet).and_then(|ip| self.send_route.lookup(&self.allowed, &ip, false));
+            let Some(pid) = destination else {
                 self.counters.no_route = self.counters.no_route.saturating_add(1);
                 batch.consume(i);
                 continue;
@@ -144,6 +140,7 @@ impl Device {
             self.after_data_sent(now, pid, datagram_len);
         }
         self.set_local_addresses(batch);
+        self.peers.settle();
     }
 
     /// Seals the plaintext `write` puts at the start of the buffer it is
@@ -206,8 +203,10 @@ impl Device {
     /// Remembers that a peer's staged packets should go out once possible
     /// and starts a handshake if there is no usable session.
     pub(super) fn schedule_flush(&mut self, pid: PeerId) {
-        if !self.pending_flush.contains(&pid) {
-            self.pending_flush.push(pid);
+        if let Some(p) = self.peers[pid].as_mut() {
+            if !std::mem::replace(&mut p.flush_queued, true) {
+                self.pending_flush.push(pid);
+            }
         }
     }
 
@@ -245,6 +244,7 @@ impl Device {
         !self.control.is_empty()
             || !self.pending_flush.is_empty()
             || self.has_pmtu_probes()
+            || self.has_trains()
             || self.has_resends()
     }
 
@@ -271,12 +271,16 @@ impl Device {
         }
         self.transmit_resends(now, out);
         self.transmit_pmtu_probes(now, out);
+        self.transmit_trains(now, out);
         let mtu = self.padding_mtu();
         while let Some(&pid) = self.pending_flush.last() {
             let Some(p) = self.peers[pid].as_mut() else {
                 self.pending_flush.pop();
                 continue;
             };
+            // Off the list while it is worked on; back on if the batch
+            // fills first.
+            p.flush_queued = false;
             let usable = p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
             if !usable || p.paths.is_empty() {
                 // No session yet: the handshake (if any can be sent) brings
@@ -337,11 +341,19 @@ impl Device {
                 }
             }
             if out.is_full() {
+                if let Some(p) = self.peers[pid].as_mut() {
+                    p.flush_queued = true;
+                }
+                self.peers.settle();
                 return true;
             }
             self.pending_flush.pop();
         }
-        !self.control.is_empty() || self.has_pmtu_probes() || self.has_resends()
+        self.peers.settle();
+        !self.control.is_empty()
+            || self.has_pmtu_probes()
+            || self.has_resends()
+            || self.has_trains()
     }
 }
 

@@ -4,13 +4,14 @@
 //! these fields.
 
 use super::jobs::CryptoJobs;
+use super::table::{PeerKeys, PeerTable};
 use crate::allowed_ips::AllowedIps;
 use crate::cipher::CipherPolicy;
 use crate::cookie::CookieChecker;
 use crate::ext::PmtuBody;
 use crate::messages::INITIATION_LEN;
 use crate::noise::LocalStatic;
-use crate::peer::{Peer, PeerId};
+use crate::peer::PeerId;
 use crate::ratelimiter::SourceRateLimiter;
 use rand_core::RngCore;
 use std::collections::{HashMap, VecDeque};
@@ -90,12 +91,11 @@ pub(super) struct QueuedResend {
 /// One WireGuard interface: keys, peers, sessions, paths and queues. Its
 /// behaviour is [`Device`]'s methods, in `device/mod.rs` and its siblings.
 pub struct Device {
-    pub(super) local: Option<LocalStatic>,
+    /// Shared with the crypto jobs that answer initiations.
+    pub(super) local: Option<std::sync::Arc<LocalStatic>>,
     pub(super) checker: Option<CookieChecker>,
-    pub(super) peers: Vec<Option<Peer>>,
-    /// Slots of `peers` a removed peer left empty, reused first.
-    pub(super) free_peer_slots: Vec<PeerId>,
-    pub(super) by_key: HashMap<[u8; 32], PeerId>,
+    pub(super) peers: PeerTable,
+    pub(super) by_key: PeerKeys,
     pub(super) peer_limit: usize,
     pub(super) allowed: AllowedIps<PeerId>,
     /// Keyed by the indices we chose at random (see [`IndexHash`]).
@@ -113,6 +113,8 @@ pub struct Device {
     pub(super) control: VecDeque<Control>,
     /// Padded path MTU probes waiting to be sent (too big for `control`).
     pub(super) pmtu_probes: VecDeque<QueuedProbe>,
+    /// Probe trains waiting for `poll_transmit` (see `trains`).
+    pub(super) trains: VecDeque<super::trains::TrainPart>,
     pub(super) resends: VecDeque<QueuedResend>,
     /// Padding never grows a packet beyond what the paths carry.
     pub(super) padding_cap: usize,
@@ -120,10 +122,18 @@ pub struct Device {
     /// waiting, the rest are buffers kept for reuse.
     pub(super) too_big: Vec<Vec<u8>>,
     pub(super) too_big_len: usize,
-    /// Peers with staged packets that may now be sendable.
+    /// Peers with staged packets that may now be sendable (each once:
+    /// `Peer::flush_queued`).
     pub(super) pending_flush: Vec<PeerId>,
-    /// Peers whose reorder window has packets ready for the TUN.
+    /// Peers whose reorder window has packets ready for the TUN (each
+    /// once: `Peer::ready_queued`).
     pub(super) reorder_ready: Vec<PeerId>,
+    /// The peers `handle_timeout` found due, reused call to call.
+    pub(super) scratch_due: Vec<PeerId>,
+    /// The batch's last AllowedIPs answers, for packets to and from the
+    /// same address (see `route_memo`).
+    pub(super) send_route: super::route_memo::RouteMemo,
+    pub(super) receive_route: super::route_memo::RouteMemo,
     pub(super) handshake_window: (Instant, u32),
     /// Handshakes the batch being received may still spend DH work on.
     pub(super) handshake_budget: u32,
@@ -148,7 +158,6 @@ pub struct Device {
     pub(super) sticky: super::sticky::StickySources,
     /// Peers whose packets became (or stopped being) limited below IPv6's
     /// 1280 bytes or split into fragments, for the driver to log.
-    pub(super) mtu_notices: Vec<super::pmtu::MtuNotice>,
     pub counters: DeviceCounters,
 }
 

@@ -28,11 +28,8 @@ const ENTRIES_PER_PEER: usize = 2 * crate::path::MAX_PATHS;
 #[derive(Debug, Default)]
 pub(super) struct StickySources {
     map: HashMap<(u16, SocketAddr), LocalAddr>,
-    /// The entry noted last, which the next datagram almost always
-    /// repeats: checked before the map, whose SipHash per received data
-    /// message cost about 1 % of a one-stream tunnel's CPU (`perf`).
-    /// Always an entry of `map` (cleared with it).
-    last: Option<((u16, SocketAddr), LocalAddr)>,
+    /// The entry noted last, in the map too.
+    last_noted: Option<((u16, SocketAddr), LocalAddr)>,
 }
 
 impl Device {
@@ -41,20 +38,21 @@ impl Device {
         if local.ip.is_none() {
             return;
         }
-        let key = (line, remote);
-        if self.sticky.last == Some((key, local)) {
+        // Most datagrams come from the peer that sent the one before, to
+        // the same address: no hashing then.
+        if self.sticky.last_noted == Some(((line, remote), local)) {
+            return;
+        }
+        self.sticky.last_noted = Some(((line, remote), local));
+        let map = &mut self.sticky.map;
+        if map.get(&(line, remote)) == Some(&local) {
             return;
         }
         let cap = MIN_ENTRIES.max(self.by_key.len().saturating_mul(ENTRIES_PER_PEER));
-        let sticky = &mut self.sticky;
-        sticky.last = Some((key, local));
-        if sticky.map.get(&key) == Some(&local) {
-            return;
+        if map.len() >= cap {
+            map.clear();
         }
-        if sticky.map.len() >= cap {
-            sticky.map.clear();
-        }
-        sticky.map.insert(key, local);
+        map.insert((line, remote), local);
     }
 
     /// Gives every datagram of `batch` (and every copy) the local address
@@ -84,13 +82,7 @@ impl Device {
     /// table's pick until the peer writes to an address we have.
     pub fn forget_local_address(&mut self, ip: IpAddr) {
         self.sticky.map.retain(|_, local| local.ip != Some(ip));
-        if self
-            .sticky
-            .last
-            .is_some_and(|(_, local)| local.ip == Some(ip))
-        {
-            self.sticky.last = None;
-        }
+        self.sticky.last_noted = None;
     }
 
     /// The local address datagrams to `remote` on `line` leave from (for

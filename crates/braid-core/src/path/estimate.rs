@@ -23,6 +23,13 @@
 //! too low and grows by half per report (every `PROBE_INTERVAL`), so a line
 //! that recovers is back in full use within a few hundred milliseconds.
 //!
+//! A line that carries little is never full, so its estimate would stay
+//! what it was when it last was (or the initial guess). Every
+//! [`TRAIN_INTERVAL`] such a line gets a probe train: a probe, filler sent
+//! back to back, a second probe. The peer counts the filler as delivered,
+//! so the second probe's echo says how long the line took to deliver the
+//! train after the first probe: its capacity, which the estimate takes.
+//!
 //! From the peer ([`Inbound`]): the one-way delay of the peer's probes to
 //! us, which the reorder window's hold follows.
 
@@ -76,6 +83,18 @@ const MIN_LOSS_SAMPLE: f64 = 300.0;
 /// Probes whose send-time counts are kept until their echo comes back (a
 /// round trip of up to 16 probe intervals, 0.8 s).
 const SNAPSHOTS: usize = 16;
+/// How often a line that carries little is measured with a probe train.
+pub const TRAIN_INTERVAL: Duration = Duration::from_secs(2);
+/// A line carries little while it is sent less than this share of its
+/// estimate.
+const LITTLE: f64 = 0.1;
+/// A train's filler lasts about this long at the line's estimate...
+const TRAIN_SPAN: Duration = Duration::from_millis(20);
+/// ...within these bounds, in bytes (about 14 to 58 packets of filler).
+const TRAIN_BYTES: (usize, usize) = (16 * 1200, 48 * 1200);
+/// A train drained faster than this (in the peer's clock) says nothing: the
+/// clocks' resolution and the I/O batches dominate.
+const TRAIN_MIN_US: u64 = 1_000;
 
 /// Smallest (or largest) value over a sliding window of about `window`
 /// (between half and the whole of it): two buckets of half a window each.
@@ -229,6 +248,10 @@ pub struct Outbound {
     /// where the last tick measured it from.
     send_rate: f64,
     send_mark: Option<(Instant, u64)>,
+    /// The probe train in flight: its first and last probe, and the peer's
+    /// report for the first once it came.
+    train: Option<(u32, u32, Option<Delivery>)>,
+    train_at: Option<Instant>,
 }
 
 impl Default for Outbound {
@@ -252,6 +275,8 @@ impl Default for Outbound {
             sent: 0.0,
             send_rate: 0.0,
             send_mark: None,
+            train: None,
+            train_at: None,
         }
     }
 }
@@ -312,6 +337,64 @@ impl Outbound {
         self.base.update(now, propagation_us);
     }
 
+    /// Whether the line should get a probe train at `now`: it carries
+    /// little (`peer_busy`: while the peer's data goes on other lines) and
+    /// had none for [`TRAIN_INTERVAL`].
+    pub fn wants_train(&self, now: Instant, peer_busy: bool) -> bool {
+        peer_busy
+            && self.send_rate < LITTLE * self.rate
+            && self.train.is_none()
+            && self
+                .train_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= TRAIN_INTERVAL)
+    }
+
+    /// How much filler a train carries: about [`TRAIN_SPAN`] at the
+    /// estimate.
+    pub fn train_bytes(&self) -> usize {
+        let span = (self.rate * TRAIN_SPAN.as_secs_f64()) as usize;
+        span.clamp(TRAIN_BYTES.0, TRAIN_BYTES.1)
+    }
+
+    /// A train leaves at `now` between probes `first` and `last`.
+    pub fn on_train_sent(&mut self, now: Instant, first: u32, last: u32) {
+        self.train = Some((first, last, None));
+        self.train_at = Some(now);
+    }
+
+    /// The peer's report for a probe of the train in flight: the first
+    /// one's is kept; with the last one's, what was delivered between the
+    /// two over the time between them is the line's capacity.
+    fn train_report(&mut self, now: Instant, seq: u32, report: Delivery) {
+        let Some((first, last, at_first)) = self.train else {
+            return;
+        };
+        if seq == first {
+            self.train = Some((first, last, Some(report)));
+            return;
+        }
+        if seq != last {
+            // A later probe's echo with the train's still missing: lost.
+            if seq.wrapping_sub(last) as i32 > 0 {
+                self.train = None;
+            }
+            return;
+        }
+        self.train = None;
+        let Some(start) = at_first else {
+            return;
+        };
+        let dt = report.received_us.wrapping_sub(start.received_us);
+        let bytes = report.data_bytes.wrapping_sub(start.data_bytes);
+        if !(TRAIN_MIN_US..=MAX_INTERVAL_US).contains(&dt) || bytes == 0 || bytes > 1 << 40 {
+            return;
+        }
+        let rate = (bytes as f64 / (dt as f64 / 1e6)).clamp(MIN_RATE, MAX_RATE);
+        self.rate = rate;
+        self.measured = true;
+        self.delivered_max.reset(now, rate);
+    }
+
     /// A probe leaves at `now` with sequence `seq` after `data_packets`
     /// data packets.
     pub fn on_probe_sent(&mut self, now: Instant, seq: u32, data_packets: u64) {
@@ -353,6 +436,7 @@ impl Outbound {
         // u64 clocks is taken as the signed distance between them.
         let owd = report.received_us.wrapping_sub(sent_us) as i64;
         self.reported_at = Some(now);
+        self.train_report(now, seq, report);
         self.delay.sample(owd);
         self.base.update(now, owd);
         self.propagation.update(now, owd);

@@ -111,16 +111,9 @@ impl Timer {
     /// Fires once after `after` (replacing any earlier arming).
     pub fn arm(&self, after: Duration) -> io::Result<()> {
         let after = after.max(Duration::from_nanos(1));
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: after.as_secs() as libc::time_t,
-                tv_nsec: after.subsec_nanos() as libc::c_long,
-            },
-        };
+        // SAFETY: all-zero itimerspec is valid (no interval, disarmed).
+        let mut spec: libc::itimerspec = unsafe { mem::zeroed() };
+        spec.it_value = crate::sys::timespec_of(after);
         // SAFETY: `spec` is a live itimerspec; the old value is not wanted.
         cvt(unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) })
             .map(drop)
@@ -246,7 +239,7 @@ pub fn send_vectored(fd: RawFd, iov: &mut [libc::iovec]) -> io::Result<usize> {
     // SAFETY: all-zero msghdr is valid (no name, no control data).
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
-    msg.msg_iovlen = iov.len() as _;
+    msg.msg_iovlen = crate::sys::kernel_int(iov.len());
     // SAFETY: `msg` points at `iov`, whose entries point at buffers the
     // caller keeps alive for the call; the kernel only reads them.
     let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };

@@ -70,13 +70,7 @@ impl Tun {
         // SAFETY: TUNGETIFF writes one `struct ifreq` through the pointer,
         // which points at `ifr` for the duration of the call.
         crate::sys::cvt(unsafe { libc::ioctl(self.as_raw_fd(), libc::TUNGETIFF, &mut ifr) })?;
-        let bytes: Vec<u8> = ifr
-            .ifr_name
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        Ok(crate::sys::c_chars_to_string(&ifr.ifr_name))
     }
 
     /// Whether the interface was deleted (the descriptor is detached).
@@ -181,9 +175,15 @@ fn set_mtu_here(name: &str, mtu: u32) -> io::Result<()> {
     }
     ifr.ifr_ifru.ifru_mtu = i32::try_from(mtu).map_err(io::Error::other)?;
     // SAFETY: SIOCSIFMTU reads one `struct ifreq`, which `ifr` is.
-    crate::sys::cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &ifr) })
-        .map(drop)
-        .map_err(|e| io::Error::new(e.kind(), format!("setting the MTU of {name} to {mtu}: {e}")))
+    crate::sys::cvt(unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            crate::sys::kernel_int(libc::SIOCSIFMTU),
+            &ifr,
+        )
+    })
+    .map(drop)
+    .map_err(|e| io::Error::new(e.kind(), format!("setting the MTU of {name} to {mtu}: {e}")))
 }
 
 /// A NETLINK_ROUTE socket in the daemon's namespace, for one query.
@@ -456,7 +456,16 @@ mod tests {
         assert!(ip(&[
             "-n", &netns, "link", "set", "dev", &name, "mtu", "1300", "up"
         ]));
-        let there = tun.link_state().unwrap();
+        let there = match tun.link_state() {
+            // Every Linux since 4.0 answers RTM_GETNSID; qemu-user, which
+            // runs this test for aarch64, translates only link, address
+            // and route messages and refuses the rest with EOPNOTSUPP.
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                eprintln!("skipped the rest: this rtnetlink refuses RTM_GETNSID ({e})");
+                return;
+            }
+            state => state.unwrap(),
+        };
         assert!(there.netns_id.is_some(), "{there:?}");
         assert_eq!((there.mtu, there.up), (1300, true), "{there:?}");
         // As root this process can enter the namespace to set the MTU.

@@ -213,10 +213,10 @@ impl RxScratch {
         h.msg_hdr.msg_name = name.cast();
         h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         h.msg_hdr.msg_iov = iov;
-        h.msg_hdr.msg_iovlen = count as _;
+        h.msg_hdr.msg_iovlen = crate::sys::kernel_int(count);
         h.msg_hdr.msg_flags = 0;
         h.msg_hdr.msg_control = cmsg.cast();
-        h.msg_hdr.msg_controllen = mem::size_of::<CmsgBuf>() as _;
+        h.msg_hdr.msg_controllen = crate::sys::kernel_int(mem::size_of::<CmsgBuf>());
     }
 }
 
@@ -468,7 +468,7 @@ impl SocketFd {
                     hdrs.as_mut_ptr(),
                     hdrs.len() as libc::c_uint,
                     // MSG_TRUNC: a truncated datagram reports its length.
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    crate::sys::kernel_int(libc::MSG_DONTWAIT | libc::MSG_TRUNC),
                     std::ptr::null_mut(),
                 )
             };

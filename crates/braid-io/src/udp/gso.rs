@@ -212,7 +212,7 @@ impl TxScratch {
             h.msg_hdr.msg_name = name.cast();
             h.msg_hdr.msg_namelen = namelen;
             h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = g.count;
+            h.msg_hdr.msg_iovlen = crate::sys::kernel_int(g.count);
             h.msg_hdr.msg_flags = 0;
             // Exact: with two or more datagrams the segment is below
             // MAX_MESSAGE_BYTES, itself asserted to fit a u16.
@@ -276,7 +276,7 @@ impl SocketFd {
                     self.fd.as_raw_fd(),
                     s.hdrs[pos..].as_mut_ptr(),
                     (count - pos) as libc::c_uint,
-                    libc::MSG_DONTWAIT,
+                    crate::sys::kernel_int(libc::MSG_DONTWAIT),
                 )
             };
             match crate::sys::cvt(r) {

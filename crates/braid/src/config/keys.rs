@@ -359,7 +359,7 @@ pub const KEYS: &[KeySpec] = &[
         section: Section::Peer,
         origin: Origin::Braid,
         syntax: "1-65536",
-        doc: "Packets the reorder window holds at most. Default 2048.",
+        doc: "Packets the reorder window holds at most, and 2 KiB each of bytes (at least 4 MiB). Default 2048. It should cover what the fastest line delivers during the hold (its rate times the delay difference); braid show counts the gaps given up because it was full (gaps_by_bounds).",
         example: "4096",
         repeatable: false,
         reload: Reload::Live,

@@ -122,6 +122,9 @@ pub struct Shared {
     outbound_waker: Waker,
     /// Crypto helper threads per direction (see [`CryptoHelpers`]).
     pub crypto_helpers: usize,
+    /// The cores handshake initiations are answered on (see
+    /// `answer_initiations`).
+    pub cores: usize,
     /// Batch parts sealed or opened by crypto helpers.
     pub helper_parts: Arc<AtomicU64>,
 }
@@ -204,6 +207,7 @@ impl Shared {
                 helper_parts.clone(),
             )?),
             crypto_helpers: helpers,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             helper_parts,
             outbound_watches_tun: AtomicBool::new(false),
             outbound_waker: Waker::new()?,
@@ -636,6 +640,7 @@ pub fn receive_from_line(
         // At most max_batches * capacity: no overflow.
         received += n;
         shared.device().prepare_decapsulate(now, batch, jobs);
+        answer_initiations(jobs, shared.cores);
         helpers.open(jobs, batch);
         let pending = {
             let mut device = shared.device();
@@ -661,6 +666,34 @@ pub fn receive_from_line(
         }
     }
     Ok(received)
+}
+
+/// Does the DH work of the batch's handshake initiations (five scalar
+/// multiplications each, a few hundred microseconds) outside the device
+/// lock: with several, on every core, in parts on scoped threads beside
+/// this one. A server that restarts gets thousands of initiations within
+/// seconds; a thread costs far less than one of them, and none is started
+/// without them.
+fn answer_initiations(jobs: &mut CryptoJobs, cores: usize) {
+    let n = jobs.initiations();
+    if n >= 2 && cores >= 2 {
+        std::thread::scope(|scope| {
+            let mut parts = jobs.initiation_parts(cores.min(n));
+            let own = parts.next();
+            for part in parts {
+                // Without a thread (none left to make) the part is done
+                // below, on this one.
+                let _ = std::thread::Builder::new()
+                    .name("braid-handshake".into())
+                    .spawn_scoped(scope, move || part.run());
+            }
+            if let Some(part) = own {
+                part.run();
+            }
+        });
+    }
+    // What is left: all of them with one core or one initiation.
+    jobs.answer_initiations();
 }
 
 /// How many TUN batches a thread sends after writing to the TUN (when the

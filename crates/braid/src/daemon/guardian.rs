@@ -1,5 +1,6 @@
 //! The root guardian of a daemon that dropped its privileges: a small
-//! process forked before the drop (and before any thread exists) that holds
+//! process forked before the drop (and before braid starts any thread, see
+//! [`crate::threads`]) that holds
 //! no socket, no TUN and no key, and only waits on a socket pair for the
 //! steps of the way down that need root:
 //!
@@ -39,28 +40,17 @@ pub struct Duties {
     pub post_down: Vec<String>,
 }
 
-fn thread_count() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))?
-        .trim()
-        .parse()
-        .ok()
-}
-
 impl Guardian {
-    /// Forks the guardian. Must be called while this process has a single
-    /// thread (checked), so the child may allocate and run commands.
+    /// Forks the guardian. Must be called before braid starts any thread
+    /// (checked), so the child may allocate and run commands.
     pub fn start(duties: Duties) -> io::Result<Guardian> {
-        if thread_count() != Some(1) {
-            return Err(io::Error::other(
-                "internal error: the privilege guardian must be forked before any thread starts",
-            ));
+        if !crate::threads::none_started() {
+            return Err(crate::threads::started_error("the privilege guardian"));
         }
         let (daemon_end, guardian_end) = UnixStream::pair()?;
-        // SAFETY: the process is single-threaded (checked above), so the
-        // child may do anything the parent could.
+        // SAFETY: no thread of braid's exists (checked above; a user-mode
+        // emulator's own thread runs none of braid's code), so the child
+        // may do anything the parent could.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(io::Error::last_os_error());

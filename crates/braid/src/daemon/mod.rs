@@ -27,6 +27,7 @@ mod os_random;
 mod pmtu;
 pub mod privilege;
 mod reload;
+pub mod requests;
 pub mod routes;
 pub mod tcp_lines;
 
@@ -241,7 +242,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         fwmark: 0,
     };
     if let Some(set) = &set {
-        let effects = control::apply_set(&mut device, set, now)
+        let effects = requests::apply_set(&mut device, set, now)
             .map_err(|e| std::io::Error::from_raw_os_error(e.0))?;
         state.listen_port = effects.new_listen_port.unwrap_or(0);
         state.fwmark = effects.new_fwmark.unwrap_or(0);
@@ -503,7 +504,7 @@ impl Daemon {
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
                 self.shared.follow_path_mtu(&self.name);
-                self.events.look(&self.shared.device(), &self.name);
+                self.events.look(&mut self.shared.device(), &self.name);
             }
             self.write_released(now)?;
             dataplane::transmit_pending(&self.shared, now, &mut self.control_batch)?;
@@ -552,7 +553,10 @@ impl Daemon {
     fn serve_requests(&mut self) {
         while let Ok(pending) = self.requests.try_recv() {
             let response = match pending.request {
-                Request::Get => Response::Get(self.snapshot()),
+                Request::Get => requests::get_part(&self.shared.device(), &self.state, None),
+                Request::GetMore(from) => {
+                    requests::get_part(&self.shared.device(), &self.state, Some(from))
+                }
                 Request::GetBraid => {
                     let mut snap = self.snapshot();
                     snap.private_key = None;
@@ -598,35 +602,47 @@ impl Daemon {
         snap
     }
 
+    /// Applies a `set`: whatever can fail (the peer limit, a new port, a
+    /// firewall mark) is tried before the device changes, so a refused
+    /// request changes nothing that runs.
     fn apply(&mut self, set: &SetRequest) -> Response {
         let now = Instant::now();
-        let effects = match control::apply_set(&mut self.shared.device(), set, now) {
-            Ok(e) => e,
-            Err(errno) => return Response::Error(errno),
-        };
-        if let Some(port) = effects.new_listen_port {
-            if port != self.state.listen_port {
-                match UdpSocket::bind(port) {
-                    Ok(udp) => {
-                        self.state.listen_port = udp.local_port();
-                        if self.state.fwmark != 0 {
-                            let _ = set_fwmark(&udp, self.state.fwmark);
-                        }
-                        self.shared.replace_main_line(udp);
-                    }
-                    Err(e) => {
-                        crate::warn!(self.name, "cannot listen on UDP port {port}: {e}");
-                        return Response::Error(Errno::EADDRINUSE);
-                    }
+        if let Err(errno) = requests::check_peer_limit(&self.shared.device(), set) {
+            crate::warn!(
+                self.name,
+                "refused a set: it would take the interface beyond {} peers",
+                self.shared.device().peer_limit()
+            );
+            return Response::Error(errno);
+        }
+        let new_socket = match set.listen_port.filter(|&p| p != self.state.listen_port) {
+            Some(port) => match UdpSocket::bind(port) {
+                Ok(udp) => Some(udp),
+                Err(e) => {
+                    crate::warn!(self.name, "cannot listen on UDP port {port}: {e}");
+                    return Response::Error(Errno::EADDRINUSE);
                 }
-            }
+            },
+            None => None,
+        };
+        let mark = set.fwmark.unwrap_or(self.state.fwmark);
+        let marked = match &new_socket {
+            Some(udp) if mark != 0 => set_fwmark(udp, mark),
+            Some(_) => Ok(()),
+            None if set.fwmark.is_some() => set_fwmark(self.shared.lines().main(), mark),
+            None => Ok(()),
+        };
+        if marked.is_err() {
+            return Response::Error(Errno::EINVAL);
         }
-        if let Some(mark) = effects.new_fwmark {
-            if set_fwmark(self.shared.lines().main(), mark).is_err() {
-                return Response::Error(Errno::EINVAL);
-            }
-            self.state.fwmark = mark;
+        if let Err(errno) = requests::apply_set(&mut self.shared.device(), set, now) {
+            return Response::Error(errno);
         }
+        if let Some(udp) = new_socket {
+            self.state.listen_port = udp.local_port();
+            self.shared.replace_main_line(udp);
+        }
+        self.state.fwmark = mark;
         if let Err(e) = dataplane::transmit_pending(&self.shared, now, &mut self.control_batch) {
             crate::warn!(self.name, "send failed: {e}");
         }

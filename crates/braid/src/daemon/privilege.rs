@@ -175,9 +175,13 @@ fn last_capability() -> u32 {
 /// commands netcfg runs; nothing regainable: the bounding set loses the
 /// rest and no-new-privs is set).
 ///
-/// Threads that already exist change user with the process (glibc applies
-/// setuid to every thread) but lose all their capabilities; threads started
-/// afterwards inherit the kept ones from this thread.
+/// Threads that already exist change user with the process (glibc and musl
+/// apply setuid to every thread) but lose all their capabilities; threads
+/// started afterwards inherit the kept ones from this thread. The one
+/// exception is a user-mode emulator's own thread (qemu-user's, see
+/// [`crate::threads`]): qemu passes the guest's setuid on as the per-thread
+/// system call, so that thread stays root. qemu-user is for tests; the
+/// guest shares its address space with the emulator anyway.
 pub fn drop_to(target: Target) -> io::Result<()> {
     let kept = kept_mask();
     for cap in 0..=last_capability() {

@@ -11,7 +11,7 @@
 //! change (the keys the table marks [`Reload::Restart`]) is reported in
 //! the answer's notes, not applied.
 
-use super::{config_to_set, control, set_fwmark, Daemon};
+use super::{config_to_set, requests, set_fwmark, Daemon};
 use crate::cidr::IpCidr;
 use crate::config::{Config, PathConfig, PeerConfig, Table, Transport};
 use crate::keys::{PrivateKey, PublicKey};
@@ -163,7 +163,7 @@ impl Daemon {
                 replace_peers: false,
                 peers: removals,
             };
-            control::apply_set(&mut device, &set, now)
+            requests::apply_set(&mut device, &set, now)
                 .map_err(|e| format!("the device refused the change (errno {})", e.0))?;
             // braid's part.
             device.set_cipher(new.interface.cipher);

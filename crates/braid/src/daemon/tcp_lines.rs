@@ -15,6 +15,7 @@ use crate::config::{Bind, Config, PathConfig, PeerConfig, Transport};
 use braid_core::device::Device;
 use braid_core::peer::{PeerId, ENDPOINT_PATH};
 use braid_io::TcpLine;
+use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddr;
 
@@ -140,14 +141,30 @@ pub fn add_endpoint_path(
     Ok(())
 }
 
-/// Whether the core knows `addr` as a path on `line`: an authenticated
-/// peer's connection.
-fn is_peer_on(device: &Device, line: u16, addr: SocketAddr) -> bool {
-    device.peer_ids().any(|pid| {
-        device
-            .peer(pid)
-            .is_some_and(|p| p.find_path(line, addr).is_some())
-    })
+/// The remote addresses the core knows as paths on `line` of peers that
+/// have a session (an authenticated peer's connections), gathered once per
+/// sort from those peers only: idle peers are never walked, and each
+/// connection is then a set lookup, not a walk of the peers.
+fn peer_addresses_on(device: &Device, line: u16) -> HashSet<SocketAddr> {
+    device
+        .peers_with_session()
+        .iter()
+        .filter_map(|&pid| device.peer(pid))
+        .flat_map(|p| p.paths.iter())
+        .filter(|path| path.line == line)
+        .map(|path| path.remote)
+        .collect()
+}
+
+/// Asks `is_peer` for connections' addresses, gathering the addresses
+/// only if a connection is asked about.
+fn lazy_is_peer(device: &Device, line: u16) -> impl Fn(SocketAddr) -> bool + '_ {
+    let known = std::cell::OnceCell::new();
+    move |addr| {
+        known
+            .get_or_init(|| peer_addresses_on(device, line))
+            .contains(&addr)
+    }
 }
 
 /// Whether listening TCP line `line` should learn which of its connections
@@ -165,7 +182,7 @@ pub fn strangers_spoke(lines: &Lines, line: usize, now: std::time::Instant) -> b
 pub fn mark_peer_connections(lines: &Lines, device: &Device, line: usize) {
     if let Some(tcp) = lines.tcp_listener(line) {
         // `line as u16` is exact: Lines hands out no index above u16::MAX.
-        tcp.mark_peers(|addr| is_peer_on(device, line as u16, addr));
+        tcp.mark_peers(lazy_is_peer(device, line as u16));
     }
 }
 
@@ -177,7 +194,7 @@ pub fn sort_out_connections(lines: &Lines, device: &Device) {
     for (i, line) in lines.all().iter().enumerate() {
         // `i as u16` below is exact: Lines hands out no index above u16::MAX.
         if let Line::Tcp(TcpRole::Listen, tcp) = line {
-            tcp.sort_out(|addr| is_peer_on(device, i as u16, addr));
+            tcp.sort_out(lazy_is_peer(device, i as u16));
         }
     }
 }

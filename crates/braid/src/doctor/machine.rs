@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use braid_io::{Offload, Tun, UdpSocket};
 
+use braid_core::cipher::{AesGcmInstructions, DataCipher};
+
 use super::check::Check;
 use crate::toolkit::bench::crypto::{self, Cipher};
 
@@ -106,13 +108,35 @@ fn cpu() -> Check {
             list.join(" ")
         }
     );
-    if braid_core::cipher::aes_hardware() {
-        Check::ok("cpu", format!("{finding}; AES hardware present"))
+    Check::ok(
+        "cpu",
+        format!(
+            "{finding}; {}",
+            auto_choice_text(AesGcmInstructions::detect())
+        ),
+    )
+}
+
+/// What `Cipher = auto` chooses on a CPU with `found`, and why.
+fn auto_choice_text(found: AesGcmInstructions) -> String {
+    let chosen = bench_cipher(found.auto_choice()).name();
+    let Some((aes, clmul)) = AesGcmInstructions::NAMES else {
+        return format!("Cipher = auto chooses {chosen} (no AES instructions known here)");
+    };
+    if found.fast_aes_gcm() {
+        format!("Cipher = auto chooses {chosen} ({aes} and {clmul} present)")
     } else {
-        Check::ok(
-            "cpu",
-            format!("{finding}; no AES hardware, so ChaCha20-Poly1305 is the cipher here"),
+        format!(
+            "Cipher = auto chooses {chosen} (AES-256-GCM needs {aes} and {clmul}; missing: {})",
+            found.missing().join(", ")
         )
+    }
+}
+
+fn bench_cipher(cipher: DataCipher) -> Cipher {
+    match cipher {
+        DataCipher::ChaCha20Poly1305 => Cipher::ChaCha20Poly1305,
+        DataCipher::Aes256Gcm => Cipher::Aes256Gcm,
     }
 }
 
@@ -121,7 +145,7 @@ fn mbs(bytes_per_sec: f64) -> String {
 }
 
 fn cipher(rates: &CipherRates) -> Check {
-    let aes_hw = braid_core::cipher::aes_hardware();
+    let aes_hw = AesGcmInstructions::detect().fast_aes_gcm();
     let auto = if aes_hw {
         "Cipher = auto offers AES-256-GCM (AES hardware here) and uses it with peers that offer it too"
     } else {
@@ -140,11 +164,7 @@ fn cipher(rates: &CipherRates) -> Check {
         mbs(rates.rate(other)),
         RACE_TIME.as_millis()
     );
-    let auto_pick = if aes_hw {
-        Cipher::Aes256Gcm
-    } else {
-        Cipher::ChaCha20Poly1305
-    };
+    let auto_pick = bench_cipher(AesGcmInstructions::detect().auto_choice());
     if auto_pick != fastest && rates.ratio(fastest, auto_pick) > CLEARLY_FASTER {
         Check::warn(
             "cipher",
@@ -324,6 +344,28 @@ mod tests {
         assert_eq!(c.level, Level::Ok);
         let c = socket_buffer("wmem_max", "send", Some(8 << 20), false);
         assert_eq!(c.level, Level::Ok);
+    }
+
+    #[test]
+    fn the_cpu_line_names_the_choice_and_what_is_missing() {
+        let cpu = |aes, carryless_multiply| AesGcmInstructions {
+            aes,
+            carryless_multiply,
+        };
+        let Some((aes, clmul)) = AesGcmInstructions::NAMES else {
+            return;
+        };
+        assert_eq!(
+            auto_choice_text(cpu(true, true)),
+            format!("Cipher = auto chooses AES-256-GCM ({aes} and {clmul} present)")
+        );
+        assert_eq!(
+            auto_choice_text(cpu(true, false)),
+            format!(
+                "Cipher = auto chooses ChaCha20-Poly1305 (AES-256-GCM needs {aes} and {clmul}; missing: {clmul})"
+            )
+        );
+        assert!(auto_choice_text(cpu(false, false)).ends_with(&format!("missing: {aes}, {clmul})")));
     }
 
     #[test]

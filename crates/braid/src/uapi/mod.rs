@@ -23,13 +23,18 @@ use serde::{Deserialize, Serialize};
 use crate::cidr::IpCidr;
 use crate::keys::{PresharedKey, PrivateKey, PublicKey};
 
+mod get;
 pub mod sync;
+pub use get::{format_get, GetCursor, GetPeer, GetText};
 
 /// Longest accepted line, newline excluded. `wg` never sends more than a
 /// key plus a 4096-byte host name.
 pub const MAX_LINE_LEN: usize = 4096;
-/// Largest accepted request; room for tens of thousands of allowed IPs.
-pub const MAX_REQUEST_LEN: usize = 8 << 20;
+/// Largest accepted request: room for the most peers a device holds
+/// (`MAX_PEERS`, 2^20, at about 130 bytes each as `wg setconf` sends
+/// them) with an AllowedIP each, or millions of AllowedIPs. It is read
+/// line by line; what is held is the parsed request.
+pub const MAX_REQUEST_LEN: usize = 256 << 20;
 /// Largest reply [`query`] will read.
 const MAX_RESPONSE_LEN: u64 = 64 << 20;
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,6 +95,9 @@ pub enum Operation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Get,
+    /// The next part of a `get=1` answer that came in parts
+    /// ([`Response::GetPart`]); never read from the wire.
+    GetMore(GetCursor),
     GetBraid,
     Set(SetRequest),
     SetBraid(sync::ConfigText),
@@ -98,7 +106,7 @@ pub enum Request {
 impl Request {
     pub fn operation(&self) -> Operation {
         match self {
-            Request::Get => Operation::Get,
+            Request::Get | Request::GetMore(_) => Operation::Get,
             Request::GetBraid => Operation::GetBraid,
             Request::Set(_) => Operation::Set,
             Request::SetBraid(_) => Operation::SetBraid,
@@ -163,6 +171,13 @@ pub enum Response {
     Ok,
     /// Answer to `get=1`.
     Get(DeviceSnapshot),
+    /// Part of an answer to `get=1`, as text: with `more`, [`serve`] asks
+    /// for the next part ([`Request::GetMore`]) and writes it after this
+    /// one, so the answer streams out without being held whole.
+    GetPart {
+        text: Zeroizing<String>,
+        more: Option<GetCursor>,
+    },
     /// Answer to `get=braid`.
     Braid(DeviceSnapshot),
     /// Answer to `set=braid`: what changed and what waits for a restart,
@@ -480,6 +495,9 @@ pub fn parse_request(text: &str) -> Result<Request, UapiError> {
 #[derive(Default)]
 struct SetParser {
     req: SetRequest,
+    /// The public keys so far: a key repeated within one request is
+    /// found in O(1), not by a walk of the peers before it.
+    keys: std::collections::HashSet<PublicKey>,
 }
 
 /// The unsigned field types of a `set=1` request, with their largest value
@@ -530,7 +548,7 @@ impl SetParser {
             let pk = PublicKey::from_hex(value)
                 .and_then(PublicKey::usable_for_peer)
                 .map_err(|e| invalid(format!("invalid public_key: {e}")))?;
-            if self.req.peers.iter().any(|p| p.public_key == pk) {
+            if !self.keys.insert(pk) {
                 return Err(invalid("public_key repeated within one request"));
             }
             self.req.peers.push(PeerUpdate::new(pk));
@@ -626,73 +644,9 @@ pub fn format_errno(op: Option<Operation>, errno: Errno) -> String {
     }
 }
 
-fn secs_nsecs(t: Option<SystemTime>) -> (u64, u32) {
+pub(crate) fn secs_nsecs(t: Option<SystemTime>) -> (u64, u32) {
     t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or((0, 0), |d| (d.as_secs(), d.subsec_nanos()))
-}
-
-/// Text that holds keys (the `get=1` reply): a buffer it outgrows is
-/// zeroized before it is freed, and so is the last one when the text is
-/// dropped, so no copy of a key stays behind in freed memory.
-struct SecretText(Zeroizing<String>);
-
-impl std::fmt::Write for SecretText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let need = self.0.len() + s.len();
-        if need > self.0.capacity() {
-            let mut bigger = String::with_capacity(need.max(2 * self.0.capacity()));
-            bigger.push_str(&self.0);
-            // The old buffer is zeroized as it is dropped here.
-            self.0 = Zeroizing::new(bigger);
-        }
-        self.0.push_str(s);
-        Ok(())
-    }
-}
-
-/// The `get=1` reply, in wireguard-go's key order; zeroized when dropped.
-pub fn format_get(snap: &DeviceSnapshot) -> Zeroizing<String> {
-    use std::fmt::Write as _;
-    let mut out = SecretText(Zeroizing::new(String::with_capacity(
-        256 + snap.peers.len() * 400,
-    )));
-    if let Some(sk) = &snap.private_key {
-        let _ = writeln!(out, "private_key={}", &*sk.to_hex());
-    }
-    let _ = writeln!(out, "listen_port={}", snap.listen_port);
-    if snap.fwmark != 0 {
-        let _ = writeln!(out, "fwmark={}", snap.fwmark);
-    }
-    for p in &snap.peers {
-        let _ = writeln!(out, "public_key={}", p.public_key.to_hex());
-        match &p.preshared_key {
-            Some(psk) => {
-                let _ = writeln!(out, "preshared_key={}", &*psk.to_hex());
-            }
-            None => {
-                let _ = writeln!(out, "preshared_key={}", "0".repeat(64));
-            }
-        }
-        let _ = out.write_str("protocol_version=1\n");
-        if let Some(ep) = p.endpoint {
-            let _ = writeln!(out, "endpoint={ep}");
-        }
-        let (sec, nsec) = secs_nsecs(p.last_handshake);
-        let _ = writeln!(out, "last_handshake_time_sec={sec}");
-        let _ = writeln!(out, "last_handshake_time_nsec={nsec}");
-        let _ = writeln!(out, "tx_bytes={}", p.tx_bytes);
-        let _ = writeln!(out, "rx_bytes={}", p.rx_bytes);
-        let _ = writeln!(
-            out,
-            "persistent_keepalive_interval={}",
-            p.persistent_keepalive_interval
-        );
-        for ip in &p.allowed_ips {
-            let _ = writeln!(out, "allowed_ip={ip}");
-        }
-    }
-    let _ = out.write_str("errno=0\n\n");
-    out.0
 }
 
 // The JSON shape of `get=braid`. Secrets are absent by construction: these
@@ -842,6 +796,7 @@ impl Response {
         match self {
             Response::Ok => Zeroizing::new("errno=0\n\n".to_string()),
             Response::Get(snap) => format_get(snap),
+            Response::GetPart { text, .. } => text.clone(),
             Response::Braid(snap) => Zeroizing::new(format_braid(snap)),
             Response::Synced(outcome) => Zeroizing::new(sync::format_reply(outcome)),
             Response::Error(errno) => Zeroizing::new(format_errno(op, *errno)),
@@ -864,8 +819,20 @@ pub fn serve<R: BufRead, W: Write>(
             Ok(None) => return Ok(()),
             Ok(Some(req)) => {
                 let op = req.operation();
-                let resp = handler(req);
-                w.write_all(resp.to_wire(Some(op)).as_bytes())?;
+                let mut resp = handler(req);
+                loop {
+                    match &resp {
+                        // Written as it is: no copy of a part that holds keys.
+                        Response::GetPart { text, .. } => w.write_all(text.as_bytes())?,
+                        _ => w.write_all(resp.to_wire(Some(op)).as_bytes())?,
+                    }
+                    match resp {
+                        Response::GetPart {
+                            more: Some(next), ..
+                        } => resp = handler(Request::GetMore(next)),
+                        _ => break,
+                    }
+                }
                 w.flush()?;
             }
             Err(e) => {

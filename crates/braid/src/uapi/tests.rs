@@ -200,13 +200,13 @@ fn malformed_requests() {
 #[test]
 fn secret_text_keeps_every_byte_when_it_grows() {
     use std::fmt::Write as _;
-    let mut t = SecretText(Zeroizing::new(String::with_capacity(4)));
+    let mut t = GetText::with_capacity(4);
     let mut plain = String::new();
     for i in 0..1000 {
         let _ = writeln!(t, "line {i} {}", "k".repeat(i % 70));
         let _ = writeln!(plain, "line {i} {}", "k".repeat(i % 70));
     }
-    assert_eq!(*t.0, plain);
+    assert_eq!(*t.into_text(), plain);
 }
 
 #[test]
@@ -537,7 +537,7 @@ fn unix_socket_round_trip() {
         for _ in 0..3 {
             let (stream, _) = listener.accept().unwrap();
             serve_connection(stream, &mut |req| match req {
-                Request::Get => Response::Get(sample_snapshot()),
+                Request::Get | Request::GetMore(_) => Response::Get(sample_snapshot()),
                 Request::GetBraid => Response::Braid(sample_snapshot()),
                 Request::Set(_) => Response::Error(Errno::EADDRINUSE),
                 Request::SetBraid(c) => Response::Synced(Ok(vec![c.source])),
@@ -593,4 +593,43 @@ proptest! {
         text.push('\n');
         drive(text.as_bytes());
     }
+}
+
+/// A `get=1` answered in parts: `serve` asks for each next part and writes
+/// them in order as one reply; the next request is served after it.
+#[test]
+fn a_get_in_parts_streams_as_one_reply() {
+    let part = |text: &str, more: Option<usize>| Response::GetPart {
+        text: Zeroizing::new(text.to_string()),
+        more: more.map(GetCursor),
+    };
+    let mut asked = Vec::new();
+    let mut out = Vec::new();
+    serve(
+        &mut io::Cursor::new("get=1\n\nget=1\n\n"),
+        &mut out,
+        &mut |req| {
+            asked.push(req.clone());
+            match req {
+                Request::Get => part("listen_port=1\n", Some(10)),
+                Request::GetMore(GetCursor(10)) => part("public_key=a\n", Some(20)),
+                Request::GetMore(GetCursor(20)) => part("public_key=b\nerrno=0\n\n", None),
+                other => panic!("{other:?}"),
+            }
+        },
+    )
+    .unwrap();
+    let one = "listen_port=1\npublic_key=a\npublic_key=b\nerrno=0\n\n";
+    assert_eq!(String::from_utf8(out).unwrap(), format!("{one}{one}"));
+    assert_eq!(
+        asked,
+        [
+            Request::Get,
+            Request::GetMore(GetCursor(10)),
+            Request::GetMore(GetCursor(20)),
+            Request::Get,
+            Request::GetMore(GetCursor(10)),
+            Request::GetMore(GetCursor(20)),
+        ]
+    );
 }

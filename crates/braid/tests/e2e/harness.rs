@@ -175,6 +175,7 @@ fn apt_package(tool: &str) -> &'static str {
         "ping" => "iputils-ping",
         "ip" | "ss" => "iproute2",
         "tcpdump" => "tcpdump",
+        "qemu-aarch64" | "qemu-x86_64" => "qemu-user",
         "resolvconf" => "openresolv",
         "nft" => "nftables",
         "systemd-analyze" => "systemd",

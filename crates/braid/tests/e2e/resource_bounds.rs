@@ -5,7 +5,9 @@ use braid::config::{Config, MAX_CONFIG_BYTES};
 use braid::uapi::{read_request, Errno, MAX_LINE_LEN, MAX_REQUEST_LEN};
 use std::io::{BufReader, Read};
 
-/// "set=1" and then a valid line, forever: only the request limit ends it.
+/// "set=1" and then lines just short of the line limit, forever: only the
+/// request limit ends it (long lines, so that reading hundreds of
+/// megabytes takes a moment, not a minute).
 struct EndlessRequest {
     header_sent: bool,
     produced: usize,
@@ -13,8 +15,13 @@ struct EndlessRequest {
 
 impl Read for EndlessRequest {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let long_line = {
+            let mut l = vec![b'x'; MAX_LINE_LEN - 1];
+            l.push(b'\n');
+            l
+        };
         let line: &[u8] = if self.header_sent {
-            b"listen_port=1\n"
+            &long_line
         } else {
             self.header_sent = true;
             b"set=1\n"

@@ -15,7 +15,8 @@
 //! shows any slip), braid in both, and wireguard-go in both as the
 //! reference (whose figures are printed, not judged: v0.0.20250522 in b
 //! answers over IPv4 from the routing table's pick, 198.18.X.2, and a
-//! follows it there; over IPv6 from the address a wrote to).
+//! follows it there, over IPv6 from the address a wrote to; Debian's
+//! 0.0.20220316 from the address a wrote to over both).
 
 use crate::harness::*;
 use braid::toolkit::lab::wireguard_go;

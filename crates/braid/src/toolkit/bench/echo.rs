@@ -274,10 +274,7 @@ impl EchoSocket {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
+        let ts = braid_io::timespec_of(timeout);
         // SAFETY: one valid pollfd; `ts` lives across the call.
         let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
         if rc < 0 {
@@ -306,7 +303,7 @@ impl EchoSocket {
             msg.msg_iov = &mut iov;
             msg.msg_iovlen = 1;
             msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = std::mem::size_of_val(&control);
+            msg.msg_controllen = braid_io::kernel_int(std::mem::size_of_val(&control));
             // SAFETY: `msg` points at `iov` (into `buf`) and `control`, all
             // alive and sized as stated.
             let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };

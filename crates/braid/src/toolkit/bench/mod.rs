@@ -7,5 +7,6 @@ pub mod echo;
 pub mod flood;
 pub mod lines;
 pub mod netem;
+pub mod peers;
 pub mod stats;
 pub mod tunnel;

@@ -18,12 +18,10 @@
 //! measured: …" instead of failing.
 
 use super::netns::{ip_in, run_in};
-use super::process::{run_bounded, tool_exists, LabResult, SHORT};
+use super::process::{tool_exists, LabResult, SHORT};
 use super::setup::{ChildId, Lab};
 use super::uapi::sock_path;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::PathBuf;
 
 /// Tunnel addresses: tunnel `i` (0 or 1) has 198.19.{95+i}.1 in A and
 /// 198.19.{95+i}.2 in B.
@@ -42,27 +40,6 @@ pub struct MptcpTools {
     pub version: String,
 }
 
-/// Where bench/compare (and this) keep the newest wireguard-go:
-/// `$BRAID_BENCH_CACHE/bin/wireguard`, default `~/.cache/braid-bench`.
-pub fn newest_wireguard_go_path() -> PathBuf {
-    let cache = std::env::var_os("BRAID_BENCH_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            Path::new(&home).join(".cache/braid-bench")
-        });
-    cache.join("bin/wireguard")
-}
-
-/// The `go` to install wireguard-go with, if there is one.
-fn go_binary() -> Option<PathBuf> {
-    if tool_exists("go") {
-        return Some("go".into());
-    }
-    let local = PathBuf::from("/usr/local/go/bin/go");
-    local.exists().then_some(local)
-}
-
 impl MptcpTools {
     /// Finds what the anchor needs; `Err` says what is missing and how to
     /// get it. With `install`, a missing newest wireguard-go is installed
@@ -78,50 +55,7 @@ impl MptcpTools {
         if !tool_exists("wg") {
             return Err("wg is missing (apt-get install wireguard-tools)".into());
         }
-        let wg_go = newest_wireguard_go_path();
-        if !wg_go.exists() && install {
-            let Some(go) = go_binary() else {
-                return Err(format!(
-                    "the newest wireguard-go is not at {} and there is no Go toolchain to install it",
-                    wg_go.display()
-                ));
-            };
-            let bin = wg_go.parent().unwrap_or(Path::new("."));
-            let _ = std::fs::create_dir_all(bin);
-            eprintln!(
-                "installing the newest wireguard-go: go install golang.zx2c4.com/wireguard@latest into {}",
-                bin.display()
-            );
-            let mut c = Command::new(go);
-            c.args(["install", "golang.zx2c4.com/wireguard@latest"])
-                .env("GOBIN", bin)
-                .env("GOTOOLCHAIN", "auto");
-            let out = run_bounded(c, Duration::from_secs(300));
-            if !out.ok() {
-                let last = out.stderr.trim().lines().last().unwrap_or("").to_string();
-                return Err(format!(
-                    "go install of the newest wireguard-go failed: {last}"
-                ));
-            }
-        }
-        if !wg_go.exists() {
-            return Err(format!(
-                "the newest wireguard-go is not at {} (GOBIN={} GOTOOLCHAIN=auto go install golang.zx2c4.com/wireguard@latest, or bash bench/compare)",
-                wg_go.display(),
-                wg_go.parent().unwrap_or(Path::new(".")).display()
-            ));
-        }
-        let mut c = Command::new(&wg_go);
-        c.arg("--version");
-        let out = run_bounded(c, SHORT);
-        let version = out.stdout.lines().next().unwrap_or("").trim().to_string();
-        if !version.starts_with("wireguard-go") {
-            return Err(format!(
-                "{} --version printed {:?}, not a wireguard-go version",
-                wg_go.display(),
-                out.stdout.trim()
-            ));
-        }
+        let (wg_go, version) = super::wireguard_go::newest(install)?;
         Ok(MptcpTools {
             wireguard_go: wg_go,
             version,

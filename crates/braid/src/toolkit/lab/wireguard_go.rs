@@ -4,10 +4,11 @@
 use super::config::{write_private, IfaceConf};
 use super::netns::Netns;
 use super::process::LabResult;
-use super::process::{wait_until, ChildGuard, LONG, SHORT};
+use super::process::{run_bounded, tool_exists, wait_until, ChildGuard, LONG, SHORT};
 use super::uapi::sock_path;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// `wireguard-go -f NAME` in a namespace. On drop: SIGTERM/SIGKILL by
 /// PID, socket file removed.
@@ -79,24 +80,98 @@ impl Drop for WgGo {
     }
 }
 
+/// Where bench/compare (and this) keep the newest wireguard-go:
+/// `$BRAID_BENCH_CACHE/bin/wireguard`, default `~/.cache/braid-bench`.
+pub fn newest_wireguard_go_path() -> PathBuf {
+    let cache = std::env::var_os("BRAID_BENCH_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            Path::new(&home).join(".cache/braid-bench")
+        });
+    cache.join("bin/wireguard")
+}
+
+/// The `go` to install wireguard-go with, if there is one.
+fn go_binary() -> Option<PathBuf> {
+    if tool_exists("go") {
+        return Some("go".into());
+    }
+    let local = PathBuf::from("/usr/local/go/bin/go");
+    local.exists().then_some(local)
+}
+
+/// The newest wireguard-go and what its `--version` printed first
+/// ("wireguard-go v0.0.…"); `Err` says what is missing and how to get it.
+/// With `install`, a missing one is installed first (`go install
+/// golang.zx2c4.com/wireguard@latest`, GOTOOLCHAIN=auto, at most 5
+/// minutes), as bench/compare does.
+pub fn newest(install: bool) -> Result<(PathBuf, String), String> {
+    let wg_go = newest_wireguard_go_path();
+    if !wg_go.exists() && install {
+        let Some(go) = go_binary() else {
+            return Err(format!(
+                "the newest wireguard-go is not at {} and there is no Go toolchain to install it",
+                wg_go.display()
+            ));
+        };
+        let bin = wg_go.parent().unwrap_or(Path::new("."));
+        let _ = std::fs::create_dir_all(bin);
+        eprintln!(
+            "installing the newest wireguard-go: go install golang.zx2c4.com/wireguard@latest into {}",
+            bin.display()
+        );
+        let mut c = Command::new(go);
+        c.args(["install", "golang.zx2c4.com/wireguard@latest"])
+            .env("GOBIN", bin)
+            .env("GOTOOLCHAIN", "auto");
+        let out = run_bounded(c, Duration::from_secs(300));
+        if !out.ok() {
+            let last = out.stderr.trim().lines().last().unwrap_or("").to_string();
+            return Err(format!(
+                "go install of the newest wireguard-go failed: {last}"
+            ));
+        }
+    }
+    if !wg_go.exists() {
+        return Err(format!(
+            "the newest wireguard-go is not at {} (GOBIN={} GOTOOLCHAIN=auto go install golang.zx2c4.com/wireguard@latest, or bash bench/compare)",
+            wg_go.display(),
+            wg_go.parent().unwrap_or(Path::new(".")).display()
+        ));
+    }
+    let mut c = Command::new(&wg_go);
+    c.arg("--version");
+    let out = run_bounded(c, SHORT);
+    let version = out.stdout.lines().next().unwrap_or("").trim().to_string();
+    if !version.starts_with("wireguard-go") {
+        return Err(format!(
+            "{} --version printed {:?}, not a wireguard-go version",
+            wg_go.display(),
+            out.stdout.trim()
+        ));
+    }
+    Ok((wg_go, version))
+}
+
 /// The wireguard-go a reference run uses, and what its `--version` says:
-/// the newest (bench/compare's cache, see
-/// [`newest_wireguard_go_path`](super::mptcp::newest_wireguard_go_path),
+/// `$BRAID_WIREGUARD_GO` when set, else the newest (bench/compare's cache,
+/// see [`newest_wireguard_go_path`],
 /// or `go install`'s default `~/go/bin/wireguard`) when one is there, else
 /// Debian's `wireguard-go` from the PATH.
 pub fn reference() -> (PathBuf, String) {
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    let chosen = std::env::var_os("BRAID_WIREGUARD_GO").map(PathBuf::from);
     let candidates = [
-        super::mptcp::newest_wireguard_go_path(),
+        newest_wireguard_go_path(),
         Path::new(&home).join("go/bin/wireguard"),
     ];
-    let exe = candidates
-        .into_iter()
-        .find(|p| p.is_file())
+    let exe = chosen
+        .or_else(|| candidates.into_iter().find(|p| p.is_file()))
         .unwrap_or_else(|| PathBuf::from("wireguard-go"));
     let mut c = Command::new(&exe);
     c.arg("--version");
-    let out = super::process::run_bounded(c, SHORT);
+    let out = run_bounded(c, SHORT);
     let version = out.stdout.lines().next().unwrap_or("").trim().to_string();
     (exe, version)
 }

@@ -16,6 +16,15 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// The kernel's `struct __kernel_timespec`, which epoll_pwait2 takes: 64-bit
+/// fields on every target, where a libc's `timespec` may have a 32-bit
+/// `time_t`.
+#[repr(C)]
+struct KernelTimespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+
 /// An epoll instance; level-triggered, tokens are caller-chosen u64s.
 pub struct Epoll {
     fd: OwnedFd,
@@ -67,24 +76,29 @@ impl Epoll {
     ) -> io::Result<usize> {
         let max = events.len().min(i32::MAX as usize) as libc::c_int;
         let r = if self.has_pwait2 {
-            let ts = timeout.map(|t| libc::timespec {
-                tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
-                tv_nsec: t.subsec_nanos() as libc::c_long,
+            let ts = timeout.map(|t| KernelTimespec {
+                tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+                tv_nsec: i64::from(t.subsec_nanos()),
             });
             let tsp = ts
                 .as_ref()
-                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+                .map_or(std::ptr::null(), |t| t as *const KernelTimespec);
+            // The system call itself, not libc's wrapper, which glibc has
+            // and musl does not.
             // SAFETY: `events` is writable for `max` entries; `tsp` is null
-            // or points at a live timespec; a null sigmask keeps the mask.
+            // or points at a live __kernel_timespec; a null sigmask keeps
+            // the mask (its size is then not read).
             let r = unsafe {
-                libc::epoll_pwait2(
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
                     self.fd.as_raw_fd(),
                     events.as_mut_ptr(),
                     max,
                     tsp,
-                    std::ptr::null(),
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
                 )
-            };
+            } as libc::c_int;
             if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
                 self.has_pwait2 = false;
                 return self.wait(events, timeout);

@@ -173,11 +173,8 @@ impl Relay {
         // SAFETY: prctl with PR_SET_TIMERSLACK takes plain integers.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
         if cfg.realtime {
-            let param = libc::sched_param { sched_priority: 10 };
-            // SAFETY: sched_setscheduler on this thread with a valid param.
-            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-                return Err(format!("--realtime: {}", io::Error::last_os_error()));
-            }
+            braid_io::realtime_this_thread(libc::SCHED_FIFO, 10)
+                .map_err(|e| format!("--realtime: {e}"))?;
         }
         let listen = UdpSocket::bind_addr(cfg.listen)
             .map_err(|e| format!("--listen {}: {e}", cfg.listen))?;

@@ -209,18 +209,11 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     Ok(Some(o))
 }
 
-/// SCHED_RR at priority 20 for this process; what it starts inherits it.
+/// SCHED_RR at priority 20 for this (the main) thread; what it starts
+/// inherits it.
 fn realtime_priority() -> Result<(), String> {
-    let param = libc::sched_param { sched_priority: 20 };
-    // SAFETY: a valid sched_param for the calling process (pid 0).
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_RR, &param) };
-    if rc != 0 {
-        return Err(format!(
-            "--realtime: sched_setscheduler(SCHED_RR, 20): {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    braid_io::realtime_this_thread(libc::SCHED_RR, 20)
+        .map_err(|e| format!("--realtime: SCHED_RR at priority 20: {e}"))
 }
 
 fn known_cc(flag: &str, v: &str) -> Result<&'static str, String> {

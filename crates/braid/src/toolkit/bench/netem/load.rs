@@ -91,7 +91,7 @@ pub(super) fn receiver(
         while !stop.load(Ordering::Relaxed) {
             for (h, c) in hdrs.iter_mut().zip(controls.iter_mut()) {
                 h.msg_hdr.msg_control = c.as_mut_ptr().cast();
-                h.msg_hdr.msg_controllen = std::mem::size_of::<[u64; 8]>();
+                h.msg_hdr.msg_controllen = braid_io::kernel_int(std::mem::size_of::<[u64; 8]>());
             }
             // SAFETY: the headers point at `iovs`, `bufs` and `controls`,
             // all alive and unmoved for the duration of the call.
@@ -100,11 +100,11 @@ pub(super) fn receiver(
                     sock.as_raw_fd(),
                     hdrs.as_mut_ptr(),
                     GEN_BATCH as libc::c_uint,
-                    if spin {
+                    braid_io::kernel_int(if spin {
                         libc::MSG_DONTWAIT
                     } else {
                         libc::MSG_WAITFORONE
-                    },
+                    }),
                     std::ptr::null_mut(),
                 )
             };
@@ -144,10 +144,8 @@ pub(super) fn sender(
         if pace.is_some() {
             // Paced (delay test): nothing may preempt us between taking
             // the timestamp and handing the datagrams to the kernel.
-            let param = libc::sched_param { sched_priority: 10 };
-            // SAFETY: sched_setscheduler on this thread with a valid param;
-            // failing only makes the numbers noisier.
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+            // Failing only makes the numbers noisier.
+            let _ = braid_io::realtime_this_thread(libc::SCHED_FIFO, 10);
         }
         let per = pace.map_or(GEN_BATCH, |(_, n)| n.min(GEN_BATCH));
         let mut bufs: Vec<Vec<u8>> = (0..per).map(|_| vec![0xa5u8; size]).collect();

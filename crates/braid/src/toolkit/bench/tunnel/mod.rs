@@ -15,7 +15,7 @@
 //! daemons, relays, files) is removed on the way out, also after an error,
 //! Ctrl-C, SIGTERM or SIGHUP.
 
-mod measure;
+pub(crate) mod measure;
 mod plan;
 mod report;
 mod run;
