@@ -19,4 +19,4 @@ pub mod split;
 pub use header::*;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
