@@ -29,7 +29,6 @@ use crate::offload::VNET_HDR_LEN;
 mod fd;
 mod link;
 mod offload_io;
-mod scatter;
 
 pub use fd::TunRead;
 use fd::{Counters, Step, TunFd, NO_ADDR};

@@ -19,4 +19,4 @@ pub mod split;
 pub use header::*;
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -50,13 +50,6 @@ impl Tso {
     /// Checks that `pkt` (the bytes after the `virtio_net_hdr`) is a TCP
     /// super-packet this module can split.
     pub fn parse(pkt: &[u8], hdr: &VnetHdr) -> Result<Tso, SplitError> {
-        Self::parse_head(pkt, pkt.len(), hdr)
-    }
-
-    /// Like [`parse`](Self::parse) for a super-packet of `len` bytes of
-    /// which `head` holds the first ones (at least its headers).
-    pub fn parse_head(head: &[u8], len: usize, hdr: &VnetHdr) -> Result<Tso, SplitError> {
-        let pkt = &head[..head.len().min(len)];
         let ipv6 = match hdr.gso_type & !GSO_ECN {
             GSO_TCPV4 => false,
             GSO_TCPV6 => true,
@@ -77,7 +70,7 @@ impl Tso {
         };
         let tcp_len = tcp.header_len();
         let hdr_len = tcp_at + tcp_len;
-        if tcp_len < 20 || pkt.len() < hdr_len || len < hdr_len {
+        if tcp_len < 20 || pkt.len() < hdr_len {
             return Err(SplitError::Headers);
         }
         // tcp_at <= 65535 (a u16 field) and tcp_len <= 60: no sum above
@@ -87,7 +80,7 @@ impl Tso {
             tcp_at,
             hdr_len,
             gso_size: hdr.gso_size as usize,
-            payload_len: len - hdr_len,
+            payload_len: pkt.len() - hdr_len,
         };
         // write_segment stores each segment's length in 16 bits: IPv4's
         // total length counts the whole packet, IPv6's payload length what
@@ -114,45 +107,20 @@ impl Tso {
         self.hdr_len + self.gso_size.min(self.payload_len)
     }
 
-    /// IP plus TCP header bytes, in front of every segment.
-    pub fn header_len(&self) -> usize {
-        self.hdr_len
-    }
-
-    /// Payload bytes per segment (the last one may be shorter).
-    pub fn segment_size(&self) -> usize {
-        self.gso_size
-    }
-
     /// Writes segment `i` of the super-packet `pkt` (the same bytes given
     /// to [`parse`](Self::parse)) to the front of `out`; returns its length.
     ///
     /// Panics if `i >= self.segments()` or `out` is shorter than
     /// [`max_segment_len`](Self::max_segment_len).
     pub fn write_segment(&self, pkt: &[u8], i: usize, out: &mut [u8]) -> usize {
-        let start = i * self.gso_size;
-        let end = (start + self.gso_size).min(self.payload_len);
-        let payload = &pkt[self.hdr_len + start..self.hdr_len + end];
-        out[self.hdr_len..self.hdr_len + payload.len()].copy_from_slice(payload);
-        self.place_segment(&pkt[..self.hdr_len], i, out)
-    }
-
-    /// Makes segment `i` in `out` whose payload is already in place, at
-    /// [`header_len`](Self::header_len): writes the super-packet's
-    /// `header` (its first `header_len` bytes) in front of it with the
-    /// fields fixed; returns the segment's length. The way to split a
-    /// super-packet that was read straight into the segments' places.
-    ///
-    /// Panics if `i >= self.segments()`, `header` is not `header_len`
-    /// bytes or `out` is shorter than the segment.
-    pub fn place_segment(&self, header: &[u8], i: usize, out: &mut [u8]) -> usize {
         let last = i + 1 == self.segments();
         let start = i * self.gso_size;
         let end = (start + self.gso_size).min(self.payload_len);
-        let len = self.hdr_len + (end - start);
+        let payload = &pkt[self.hdr_len + start..self.hdr_len + end];
+        let len = self.hdr_len + payload.len();
         let seg = &mut out[..len];
-        seg[..self.hdr_len].copy_from_slice(header);
-        let pkt = header;
+        seg[..self.hdr_len].copy_from_slice(&pkt[..self.hdr_len]);
+        seg[self.hdr_len..].copy_from_slice(payload);
 
         // `parse` refused segments whose length these fields cannot hold,
         // and len >= hdr_len >= tcp_at + 20 >= 60 for IPv6.

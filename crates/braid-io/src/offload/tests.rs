@@ -43,16 +43,16 @@ fn assert_checksums_valid(pkt: &[u8]) {
     assert_eq!(naive_sum(&[src, dst, &pseudo, l4]), 0xffff, "TCP checksum");
 }
 
-pub(crate) struct Spec {
-    pub(crate) ipv6: bool,
-    pub(crate) seq: u32,
-    pub(crate) ack: u32,
-    pub(crate) flags: u8,
-    pub(crate) window: u16,
-    pub(crate) options: Vec<u8>,
-    pub(crate) ttl: u8,
-    pub(crate) id: u16,
-    pub(crate) sport: u16,
+struct Spec {
+    ipv6: bool,
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    window: u16,
+    options: Vec<u8>,
+    ttl: u8,
+    id: u16,
+    sport: u16,
 }
 
 impl Default for Spec {
@@ -73,7 +73,7 @@ impl Default for Spec {
 }
 
 /// A TCP packet with valid checksums.
-pub(crate) fn tcp_packet(s: &Spec, payload: &[u8]) -> Vec<u8> {
+fn tcp_packet(s: &Spec, payload: &[u8]) -> Vec<u8> {
     let iph = if s.ipv6 { 40 } else { 20 };
     let tcph = 20 + s.options.len();
     let total = iph + tcph + payload.len();
@@ -120,13 +120,13 @@ pub(crate) fn tcp_packet(s: &Spec, payload: &[u8]) -> Vec<u8> {
     p
 }
 
-pub(crate) fn payload(n: usize) -> Vec<u8> {
+fn payload(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
 }
 
 /// A super-packet as the kernel hands it over: one big TCP packet with the
 /// pseudo-header sum in the checksum field, and its vnet header.
-pub(crate) fn super_packet(s: &Spec, data: &[u8], mss: u16) -> (VnetHdr, Vec<u8>) {
+fn super_packet(s: &Spec, data: &[u8], mss: u16) -> (VnetHdr, Vec<u8>) {
     let mut p = tcp_packet(s, data);
     let t = if s.ipv6 { 40 } else { 20 };
     let (src, dst) = if s.ipv6 {
@@ -148,7 +148,7 @@ pub(crate) fn super_packet(s: &Spec, data: &[u8], mss: u16) -> (VnetHdr, Vec<u8>
     (hdr, p)
 }
 
-pub(crate) fn split_all(hdr: &VnetHdr, pkt: &[u8]) -> Vec<Vec<u8>> {
+fn split_all(hdr: &VnetHdr, pkt: &[u8]) -> Vec<Vec<u8>> {
     let tso = Tso::parse(pkt, hdr).unwrap();
     let mut out = Vec::new();
     for i in 0..tso.segments() {
@@ -223,74 +223,6 @@ fn split_rejects_what_it_cannot_handle() {
     };
     assert_eq!(Tso::parse(&pkt, &off), Err(SplitError::Headers));
     assert_eq!(Tso::parse(&pkt[..30], &hdr), Err(SplitError::Headers));
-}
-
-/// Segment `i` of `pkt` made the way a scattered read makes it: the
-/// payload put at `header_len` first (as `readv` leaves it), then
-/// `place_segment` writes the headers in front.
-fn placed_segment(tso: &Tso, pkt: &[u8], i: usize) -> Vec<u8> {
-    let h = tso.header_len();
-    let start = h + i * tso.segment_size();
-    let end = (start + tso.segment_size()).min(pkt.len());
-    // Garbage where the headers go: place_segment must write all of them.
-    let mut out = vec![0xa5u8; tso.max_segment_len() + 7];
-    out[h..h + end - start].copy_from_slice(&pkt[start..end]);
-    let n = tso.place_segment(&pkt[..h], i, &mut out);
-    out.truncate(n);
-    out
-}
-
-#[test]
-fn placing_a_segment_equals_writing_it() {
-    for ipv6 in [false, true] {
-        let spec = Spec {
-            ipv6,
-            flags: TCP_ACK | TCP_PSH | TCP_FIN | TCP_CWR,
-            ..Spec::default()
-        };
-        // A short last segment, one exactly full, a single segment, and
-        // no payload at all.
-        for (data, mss) in [(10_001, 1368u16), (4 * 1368, 1368), (700, 1368), (0, 1368)] {
-            let (hdr, pkt) = super_packet(&spec, &payload(data), mss);
-            let tso = Tso::parse(&pkt, &hdr).unwrap();
-            let written = split_all(&hdr, &pkt);
-            assert_eq!(written.len(), tso.segments());
-            for (i, w) in written.iter().enumerate() {
-                let placed = placed_segment(&tso, &pkt, i);
-                assert_eq!(&placed, w, "ipv6 {ipv6}, {data} B, segment {i}");
-                assert_checksums_valid(&placed);
-            }
-        }
-    }
-}
-
-#[test]
-fn parsing_the_head_equals_parsing_the_whole() {
-    for ipv6 in [false, true] {
-        let spec = Spec {
-            ipv6,
-            ..Spec::default()
-        };
-        let (hdr, pkt) = super_packet(&spec, &payload(20_000), 1368);
-        let whole = Tso::parse(&pkt, &hdr).unwrap();
-        let h = whole.header_len();
-        assert_eq!(h, if ipv6 { 40 } else { 20 } + 32);
-        assert_eq!(whole.segment_size(), 1368);
-        // The headers alone, or the first segment's worth, are enough.
-        for head in [h, h + 1368, pkt.len()] {
-            assert_eq!(Tso::parse_head(&pkt[..head], pkt.len(), &hdr), Ok(whole));
-        }
-        // A head longer than the packet counts only the packet's bytes.
-        let mut longer = pkt.clone();
-        longer.resize(pkt.len() + 100, 0xee);
-        assert_eq!(Tso::parse_head(&longer, pkt.len(), &hdr), Ok(whole));
-        // Less than the headers in the head, or in the packet: refused.
-        assert_eq!(
-            Tso::parse_head(&pkt[..h - 1], pkt.len(), &hdr),
-            Err(SplitError::Headers)
-        );
-        assert_eq!(Tso::parse_head(&pkt, h - 1, &hdr), Err(SplitError::Headers));
-    }
 }
 
 #[test]
@@ -691,7 +623,6 @@ proptest! {
             for i in 0..tso.segments() {
                 let n = tso.write_segment(&pkt, i, &mut out);
                 prop_assert!(n <= out.len());
-                prop_assert_eq!(&placed_segment(&tso, &pkt, i)[..], &out[..n]);
             }
         }
         let mut pkt2 = pkt.clone();

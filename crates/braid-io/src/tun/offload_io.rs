@@ -1,12 +1,6 @@
 //! The offload halves of [`Tun::read_batch`] and [`Tun::write_batch`]:
 //! each read may bring a TSO super-packet to split into the batch, each
 //! write sends the coalesced groups of the batch with one `writev` apiece.
-//!
-//! A super-packet is read straight into the slots of its segments where
-//! that can be foreseen (`scatter.rs`): each slot's iovec starts where its
-//! segment's payload goes, so splitting it only writes the headers. What
-//! was not foreseen is made whole in the scratch buffer and split by
-//! copying.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -15,14 +9,13 @@ use std::sync::atomic::Ordering;
 use braid_core::batch::{PacketBatch, HEADROOM, TAILROOM};
 
 use super::fd::{Step, TunFd, TunRead, NO_ADDR};
-use super::scatter::{Guess, Scattered};
 use crate::offload::coalesce::{write_gso_header, Planner, GSO_HEADER_MAX, MAX_MEMBERS};
 use crate::offload::split::Tso;
 use crate::offload::{complete_checksum, VnetHdr, F_NEEDS_CSUM, GSO_NONE, VNET_HDR_LEN};
 
 /// Largest packet one offload read can return: a 64 KiB IPv4 super-packet,
 /// or an IPv6 one whose 64 KiB payload follows a 40-byte header (plus slack).
-pub(super) const MAX_READ: usize = 65535 + 40 + 64;
+const MAX_READ: usize = 65535 + 40 + 64;
 
 /// The `virtio_net_hdr` of a packet that needs nothing from the kernel.
 static PLAIN_VNET_HDR: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
@@ -31,37 +24,27 @@ static PLAIN_VNET_HDR: [u8; VNET_HDR_LEN] = [0; VNET_HDR_LEN];
 /// left of one that did not fit the last batch.
 #[derive(Debug)]
 pub(super) struct ReadScratch {
-    pub(super) vnet: [u8; VNET_HDR_LEN],
+    vnet: [u8; VNET_HDR_LEN],
     /// [`MAX_READ`] bytes in offload mode, empty otherwise.
-    pub(super) buf: Vec<u8>,
-    pub(super) pending: Option<Pending>,
+    buf: Vec<u8>,
+    pending: Option<Pending>,
     /// A plain packet longer than the last batch's slots (an MTU raised
     /// just now), kept whole at the start of `buf` for the next call: its
     /// length and header.
-    pub(super) oversize: Option<(usize, VnetHdr)>,
+    oversize: Option<(usize, VnetHdr)>,
     /// Most segments one super-packet has split into so far: another read
     /// only happens while the batch has that much room left, so a
     /// super-packet rarely has to wait in `pending`.
-    pub(super) reserve: usize,
-    /// The header and segment length of the last super-packet: where the
-    /// next read cuts the slots' iovecs.
-    pub(super) guess: Option<Guess>,
-    /// The iovecs of a read that lands in the slots.
-    pub(super) iovs: Vec<libc::iovec>,
+    reserve: usize,
 }
-
-// SAFETY: the pointers in `iovs` are only meaningful during the `readv`
-// that follows their construction (every read rebuilds them) and are
-// never dereferenced outside it; access is serialised by the Mutex.
-unsafe impl Send for ReadScratch {}
 
 /// A super-packet in [`ReadScratch::buf`] whose segments from `next` on
 /// are still to be delivered.
 #[derive(Debug)]
-pub(super) struct Pending {
-    pub(super) tso: Tso,
-    pub(super) len: usize,
-    pub(super) next: usize,
+struct Pending {
+    tso: Tso,
+    len: usize,
+    next: usize,
 }
 
 /// Write side of offload: the grouping of a batch and the arrays of one
@@ -90,8 +73,6 @@ impl ReadScratch {
             pending: None,
             oversize: None,
             reserve: 1,
-            guess: None,
-            iovs: Vec::new(),
         }
     }
 
@@ -150,23 +131,6 @@ impl TunFd {
         // The counters below (`dropped`, `stats`) are u64s that fetch_add
         // one per packet: at a billion a second they last 584 years.
         while rx.pending.is_none() && n < capacity && (n == 0 || capacity - n >= rx.reserve) {
-            // Into the slots of the segments a super-packet like the last
-            // one would make.
-            if let Some(guess) = rx.guess.filter(|g| g.fits(max) && capacity - n >= 2) {
-                match self.read_scattered(rx, batch, &mut n, max, guess) {
-                    Ok(Scattered::Again) => continue,
-                    Ok(Scattered::Empty) => {
-                        emptied = true;
-                        break;
-                    }
-                    Ok(Scattered::Stop(waits)) => {
-                        oversize = oversize.or(waits);
-                        break;
-                    }
-                    Err(_) if n > 0 => break,
-                    Err(e) => return Err(e),
-                }
-            }
             // The packet goes straight into the slot; only what does not
             // fit there (a super-packet) spills into the scratch buffer.
             let spill = max.min(MAX_READ);
@@ -229,7 +193,6 @@ impl TunFd {
                 }
             };
             rx.reserve = rx.reserve.max(tso.segments());
-            rx.guess = Guess::of(&tso);
             self.stats
                 .super_packets_read
                 .fetch_add(1, Ordering::Relaxed);
@@ -260,7 +223,7 @@ impl TunFd {
     /// Writes the remaining segments of `p` (in `buf`) into the slots from
     /// `*n` on, as many as fit; drops them all if a segment is longer than
     /// a slot.
-    pub(super) fn deliver(
+    fn deliver(
         &self,
         batch: &mut PacketBatch,
         n: &mut usize,
@@ -353,7 +316,7 @@ impl TunFd {
         Ok(written)
     }
 
-    pub(super) fn readv(&self, iovs: &[libc::iovec]) -> io::Result<Step> {
+    fn readv(&self, iovs: &[libc::iovec]) -> io::Result<Step> {
         loop {
             // SAFETY: every iovec was built by `iovec_mut` from a live,
             // exclusively borrowed buffer of its length that outlives this
@@ -410,7 +373,7 @@ fn iovec(b: &[u8]) -> libc::iovec {
 }
 
 /// An iovec over `b` for a call that writes into it (readv).
-pub(super) fn iovec_mut(b: &mut [u8]) -> libc::iovec {
+fn iovec_mut(b: &mut [u8]) -> libc::iovec {
     libc::iovec {
         iov_base: b.as_mut_ptr().cast(),
         iov_len: b.len(),
