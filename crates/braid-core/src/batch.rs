@@ -175,6 +175,12 @@ impl PacketBatch {
         &mut self.data[start..start + self.stride]
     }
 
+    /// The whole `stride` bytes of slot `i`, to read.
+    pub fn slot_buf(&self, i: usize) -> &[u8] {
+        let start = self.base + i * self.stride;
+        &self.data[start..start + self.stride]
+    }
+
     /// The whole slot buffer together with the current (offset, len).
     pub fn slot_parts_mut(&mut self, i: usize) -> (&mut [u8], usize, usize) {
         let s = self.slots[i];

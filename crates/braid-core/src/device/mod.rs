@@ -163,7 +163,7 @@ impl Device {
             by_key: table::PeerKeys::default(),
             peer_limit: MAX_PEERS,
             allowed: AllowedIps::new(),
-            indices: HashMap::new(),
+            indices: HashMap::default(),
             rng: Box::new(ChaCha20Rng::from_seed(seed)),
             mono_base: now,
             wall_anchor: (now, wall),

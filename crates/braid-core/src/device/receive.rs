@@ -87,10 +87,15 @@ impl Device {
             let line = batch.line(i);
             let local = batch.local(i);
             let datagram = batch.packet_mut(i);
+            // Slots a receive left empty (a coalesced message shorter than
+            // the slots set aside for it) hold nothing to count.
+            if datagram.is_empty() {
+                continue;
+            }
             let kind = messages::classify(datagram);
             match kind {
                 Some(Kind::Data) => match self.prepare_data(now, datagram) {
-                    Some((pid, keys)) => jobs.push(i, pid, &keys),
+                    Some((pid, keys)) => jobs.push(i, pid, keys),
                     None => batch.consume(i),
                 },
                 Some(Kind::Initiation) => {
@@ -167,7 +172,11 @@ impl Device {
     /// None when it cannot be fresh (unknown index, expired) or is a
     /// replay nobody needs to hear about; a replay the reorder window would
     /// learn from is opened first, so that only authenticated copies count.
-    fn prepare_data(&mut self, now: Instant, datagram: &[u8]) -> Option<(PeerId, Arc<DataKeys>)> {
+    ///
+    /// The keys are lent, not cloned: `CryptoJobs::push` takes a reference
+    /// once per run of one session. A clone per packet wrote the shared
+    /// count next to the keys the sealing thread reads for every packet.
+    fn prepare_data(&mut self, now: Instant, datagram: &[u8]) -> Option<(PeerId, &Arc<DataKeys>)> {
         let receiver = messages::read_u32(datagram, messages::data::RECEIVER);
         let Some(&IndexEntry::Session(pid)) = self.indices.get(&receiver) else {
             self.counters.unknown_index = self.counters.unknown_index.saturating_add(1);
@@ -186,12 +195,12 @@ impl Device {
             // progress and give gaps up early), so open it when it would;
             // `finish_data` then counts it. Otherwise drop it unopened.
             if p.reorder_session == Some(receiver) && p.reorder.is_on() {
-                return Some((pid, kp.keys().clone()));
+                return Some((pid, kp.keys()));
             }
             p.counters.replayed = p.counters.replayed.saturating_add(1);
             return None;
         }
-        Some((pid, kp.keys().clone()))
+        Some((pid, kp.keys()))
     }
 
     /// An authenticated data message of `pid` (`wire_len` bytes at the

@@ -116,7 +116,8 @@ pub struct Device {
     pub(super) by_key: PeerKeys,
     pub(super) peer_limit: usize,
     pub(super) allowed: AllowedIps<PeerId>,
-    pub(super) indices: HashMap<u32, IndexEntry>,
+    /// Keyed by the indices we chose at random (see [`IndexHash`]).
+    pub(super) indices: HashMap<u32, IndexEntry, IndexHash>,
     /// Every random choice (ephemeral keys, indices, jitter, cookie
     /// secrets); see [`Device::set_random_source`](super::Device::set_random_source).
     pub(super) rng: Box<dyn RngCore + Send>,
@@ -180,4 +181,43 @@ pub struct Device {
     /// Peers whose packets became (or stopped being) limited below IPv6's
     /// 1280 bytes or split into fragments, for the driver to log.
     pub counters: DeviceCounters,
+}
+
+/// Hashes the session indices `indices` is keyed by: our own random
+/// 32-bit numbers, so one multiplication spreads them well, and a peer
+/// cannot choose what goes into the table (what it sends is only looked
+/// up). Every data message looks its index up: SipHash, the standard
+/// hasher, cost about 1 % of a one-stream tunnel's CPU (`perf`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IndexHash;
+
+impl std::hash::BuildHasher for IndexHash {
+    type Hasher = IndexHasher;
+
+    fn build_hasher(&self) -> IndexHasher {
+        IndexHasher(0)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct IndexHasher(u64);
+
+impl std::hash::Hasher for IndexHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u32 keys are hashed; any other input still hashes correctly.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        // The golden-ratio multiplier moves the index into the high bits,
+        // which hashbrown's control bytes use; the low bits (bucket) are
+        // the index's own, random.
+        self.0 = (u64::from(n) | u64::from(n) << 32).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }

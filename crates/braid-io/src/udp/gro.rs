@@ -3,9 +3,13 @@
 //!
 //! With GRO the kernel may hand one message holding many datagrams from one
 //! source (consecutive, all `segment` bytes long but the last). Such a
-//! message does not fit a batch slot, so with GRO on `recvmmsg` fills large
-//! scratch buffers and every datagram is then copied into a slot of its
-//! own: one copy per datagram, and the stack was walked once per message.
+//! message does not fit a batch slot, so with GRO on each message of a
+//! `recvmmsg` is pointed at slots, one datagram's length apiece, and then
+//! at a large scratch buffer (`scatter.rs`): as long as the datagrams have
+//! the length of the last coalesced message's, each lands in a slot of
+//! its own without a copy. What does not is received into the scratch
+//! buffer and then copied into slots, one copy per datagram. Either way
+//! the stack was walked once per message.
 //!
 //! A message may hold more datagrams than the batch has slots left. Those
 //! stay in the scratch buffer and are handed out first by the next call,
@@ -29,6 +33,7 @@ use braid_core::batch::PacketBatch;
 use super::cmsg::{arrival_time, gro_segment, CmsgBuf};
 use super::fd::SocketFd;
 use super::pktinfo;
+use super::scatter::{self, Allot, Layout};
 use crate::sockaddr::{decode_addr, UNSPECIFIED};
 use braid_core::batch::LocalAddr;
 
@@ -42,6 +47,8 @@ const COALESCED_BYTES: usize = 1 << 16;
 /// A received message waiting in a scratch buffer to be split.
 #[derive(Clone, Copy, Debug)]
 struct Coalesced {
+    /// Which scratch buffer holds it.
+    buf: usize,
     len: usize,
     /// Bytes per datagram (the last may be shorter); `len` for a single one.
     segment: usize,
@@ -66,6 +73,9 @@ struct Pending {
     offset: usize,
     /// Most datagrams in one message of the last receive (at least 1).
     per_message: usize,
+    /// The datagram length of the last message that held several: where
+    /// the next receive cuts its messages into slots.
+    segment: Option<usize>,
     /// The message whose datagrams were longer than the batch's slots and
     /// held back once, for a batch with bigger ones (its datagrams share
     /// a length: offered to small slots again, all of them are dropped).
@@ -101,7 +111,7 @@ impl Pending {
             let m = self.msgs[self.next];
             // `recv_coalesced` keeps len <= COALESCED_BYTES, so the message
             // stays inside its own buffer.
-            let buf = &self.bufs[self.next * COALESCED_BYTES..][..m.len];
+            let buf = &self.bufs[m.buf * COALESCED_BYTES..][..m.len];
             // A segment size of 0 would hand out empty slots forever
             // without moving on: such a message is one datagram.
             let segment = if m.segment == 0 { m.len } else { m.segment };
@@ -150,6 +160,10 @@ impl Pending {
 pub(super) struct RxScratch {
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
+    /// A coalesced receive's iovecs: each message's slots, then its
+    /// scratch buffer, one message after the other.
+    scatter: Vec<libc::iovec>,
+    allots: Vec<Allot>,
     addrs: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<CmsgBuf>,
     pending: Pending,
@@ -186,6 +200,12 @@ impl RxScratch {
     /// size when asked for).
     fn set_hdr(&mut self, k: usize) {
         let iov: *mut libc::iovec = &mut self.iovs[k];
+        self.set_hdr_iovs(k, iov, 1);
+    }
+
+    /// Points message `k` at `count` iovecs from `iov` on, `addrs[k]` and
+    /// `cmsgs[k]`.
+    fn set_hdr_iovs(&mut self, k: usize, iov: *mut libc::iovec, count: usize) {
         let name: *mut libc::sockaddr_storage = &mut self.addrs[k];
         let cmsg: *mut CmsgBuf = &mut self.cmsgs[k];
         let h = &mut self.hdrs[k];
@@ -193,7 +213,7 @@ impl RxScratch {
         h.msg_hdr.msg_name = name.cast();
         h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         h.msg_hdr.msg_iov = iov;
-        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_iovlen = crate::sys::kernel_int(count);
         h.msg_hdr.msg_flags = 0;
         h.msg_hdr.msg_control = cmsg.cast();
         h.msg_hdr.msg_controllen = crate::sys::kernel_int(mem::size_of::<CmsgBuf>());
@@ -275,37 +295,71 @@ impl SocketFd {
         Ok(start + got)
     }
 
-    /// One `recvmmsg` into the scratch buffers, then splits into slots
-    /// `start..`; returns the first free slot.
+    /// One `recvmmsg` whose messages land in slots `start..` where they
+    /// can and in the scratch buffers where not (see `scatter.rs`), then
+    /// what is in the scratch buffers is split into the slots that
+    /// follow; returns the first free slot.
     fn recv_coalesced(
         &self,
         s: &mut RxScratch,
         batch: &mut PacketBatch,
         start: usize,
-        times: Option<&mut [Option<SystemTime>]>,
+        mut times: Option<&mut [Option<SystemTime>]>,
     ) -> io::Result<usize> {
+        let cap = batch.capacity();
+        let stride = batch.stride();
         let p = &mut s.pending;
         if p.bufs.is_empty() {
             p.bufs = vec![0; COALESCED_MESSAGES * COALESCED_BYTES];
             p.msgs.reserve(COALESCED_MESSAGES);
         }
-        let n = ((batch.capacity() - start) / p.per_message.max(1)).clamp(1, COALESCED_MESSAGES);
-        let base = p.bufs.as_mut_ptr();
+        let per = p.per_message.max(1);
+        let segment = p.segment;
+        let free = cap - start;
+        // Bulk (several datagrams a message): enough messages to fill the
+        // batch, the last one into what remains.
+        let n =
+            if per > 1 { free.div_ceil(per) } else { free }.clamp(1, COALESCED_MESSAGES.min(free));
+        scatter::plan(start, cap, n, per, segment, stride, &mut s.allots);
         s.reserve(n);
+        if s.scatter.len() < cap + COALESCED_MESSAGES {
+            // SAFETY: an all-zero iovec (null, 0) is valid.
+            s.scatter
+                .resize_with(cap + COALESCED_MESSAGES, || unsafe { mem::zeroed() });
+        }
+        let arena = batch.arena_mut().as_mut_ptr();
+        let bufs = s.pending.bufs.as_mut_ptr();
+        let mut at = 0;
         for k in 0..n {
-            s.iovs[k] = libc::iovec {
-                // SAFETY: buffer k spans COALESCED_BYTES from
-                // k*COALESCED_BYTES, inside `bufs`.
-                iov_base: unsafe { base.add(k * COALESCED_BYTES) }.cast(),
+            let a = s.allots[k];
+            let first = at;
+            for j in 0..a.slots {
+                s.scatter[at] = libc::iovec {
+                    // SAFETY: slot a.first + j < cap spans stride >= piece
+                    // bytes from (a.first + j) * stride, inside the
+                    // capacity * stride arena.
+                    iov_base: unsafe { arena.add((a.first + j) * stride) }.cast(),
+                    iov_len: a.piece,
+                };
+                at += 1;
+            }
+            s.scatter[at] = libc::iovec {
+                // SAFETY: buffer k < COALESCED_MESSAGES spans
+                // COALESCED_BYTES from k * COALESCED_BYTES, inside `bufs`.
+                iov_base: unsafe { bufs.add(k * COALESCED_BYTES) }.cast(),
                 iov_len: COALESCED_BYTES,
             };
-            s.set_hdr(k);
+            at += 1;
+            let iov: *mut libc::iovec = &mut s.scatter[first];
+            s.set_hdr_iovs(k, iov, a.slots + 1);
         }
         // SAFETY: the first `n` headers point at live iovecs, sockaddr and
-        // control buffers in `s`, and the iovecs at disjoint scratch
-        // buffers, none of which is borrowed elsewhere during the call (the
-        // pending messages were all handed out: the caller only receives
-        // when the batch has room left after that).
+        // control buffers in `s`; the iovecs point at disjoint slots of the
+        // batch arena (the plan hands each slot to one message) and at
+        // disjoint scratch buffers, which `batch` (borrowed mutably) and
+        // `s` keep alive and unaliased during the call (the pending
+        // messages were all handed out: the caller only receives when the
+        // batch has room left after that).
         let got = unsafe { self.recvmmsg(&mut s.hdrs[..n]) }?;
         let p = &mut s.pending;
         p.msgs.clear();
@@ -313,33 +367,90 @@ impl SocketFd {
         p.offset = 0;
         p.held = None;
         p.per_message = 1;
+        // The first slot after what landed where it belongs.
+        let mut end = start;
+        let mut gathering = false;
         for k in 0..got {
             let h = &s.hdrs[k].msg_hdr;
-            // The kernel never reports more than the iovec held; clamped
-            // anyway, since hand_out slices the buffer with it.
-            let len = (s.hdrs[k].msg_len as usize).min(COALESCED_BYTES);
-            let truncated = h.msg_flags & libc::MSG_TRUNC != 0;
-            let segment = match gro_segment(h) {
-                Some(size) if !truncated => size.min(len),
-                _ => len,
-            };
-            if segment > 0 {
-                p.per_message = p.per_message.max(len.div_ceil(segment));
+            let a = s.allots[k];
+            let whole = s.hdrs[k].msg_len as usize;
+            let truncated = h.msg_flags & libc::MSG_TRUNC != 0 || whole > COALESCED_BYTES;
+            // The kernel never reports more than the iovecs held but with
+            // MSG_TRUNC; clamped anyway, since hand_out slices with it.
+            let len = whole.min(COALESCED_BYTES);
+            let segment = if truncated { None } else { gro_segment(h) };
+            if let Some(seg) = segment.filter(|&seg| seg < len) {
+                p.per_message = p.per_message.max(len.div_ceil(seg));
+                p.segment = Some(seg);
             }
-            p.msgs.push(Coalesced {
-                len,
-                segment,
-                addr: decode_addr(&s.addrs[k], h.msg_namelen).unwrap_or(UNSPECIFIED),
-                local: pktinfo::local_of(h),
-                time: if times.is_some() {
-                    arrival_time(h)
-                } else {
-                    None
-                },
-                truncated,
-            });
+            let addr = decode_addr(&s.addrs[k], h.msg_namelen).unwrap_or(UNSPECIFIED);
+            let local = pktinfo::local_of(h);
+            let time = if times.is_some() {
+                arrival_time(h)
+            } else {
+                None
+            };
+            let layout = scatter::layout(len, segment, truncated, a);
+            let last = k + 1 == got && a.first + a.slots == cap;
+            match layout {
+                Layout::Direct { datagrams, rest } if !gathering && (rest == 0 || last) => {
+                    let piece = segment.filter(|&seg| seg < len).unwrap_or(len.max(1));
+                    for j in 0..datagrams {
+                        let from = j * piece;
+                        let dlen = piece.min(len - from.min(len));
+                        batch.set_packet(a.first + j, 0, dlen, addr);
+                        batch.set_local(a.first + j, local);
+                        if let Some(t) = times.as_deref_mut().and_then(|t| t.get_mut(a.first + j)) {
+                            *t = time;
+                        }
+                    }
+                    // The slots it did not need, up to the next message's.
+                    if k + 1 < got {
+                        for i in a.first + datagrams..a.first + a.slots {
+                            batch.set_packet(i, 0, 0, addr);
+                        }
+                    }
+                    end = a.first + datagrams;
+                    if rest > 0 {
+                        // Whole datagrams that ran on into the scratch
+                        // buffer: the next call hands them out first.
+                        let seg = segment.unwrap_or(rest);
+                        p.msgs.push(Coalesced {
+                            buf: k,
+                            len: rest,
+                            segment: seg,
+                            addr,
+                            local,
+                            time,
+                            truncated: false,
+                        });
+                    }
+                }
+                _ => {
+                    gathering = true;
+                    if !truncated {
+                        let scratch = &mut p.bufs[k * COALESCED_BYTES..(k + 1) * COALESCED_BYTES];
+                        let slots = &*batch;
+                        scatter::gather(len, a, scratch, |i| &slots.slot_buf(i)[..a.piece]);
+                    }
+                    p.msgs.push(Coalesced {
+                        buf: k,
+                        len,
+                        segment: segment.unwrap_or(len),
+                        addr,
+                        local,
+                        time,
+                        truncated,
+                    });
+                }
+            }
         }
-        Ok(p.hand_out(batch, start, times))
+        if gathering {
+            Ok(p.hand_out(batch, end, times))
+        } else {
+            // What ran on past the batch waits: the batch is full.
+            Ok(if p.msgs.is_empty() { end } else { cap })
+        }
     }
 
     /// `recvmmsg` without waiting; returns how many messages arrived (0
@@ -393,6 +504,7 @@ mod tests {
                 *b = j as u8 ^ port as u8;
             }
             p.msgs.push(Coalesced {
+                buf: k,
                 len,
                 segment,
                 addr: src(port),

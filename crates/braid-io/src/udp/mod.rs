@@ -13,8 +13,10 @@
 //!
 //! Both directions use the kernel's UDP offloads when it has them: runs
 //! of same-size datagrams to one peer leave as one GSO message (`gso.rs`),
-//! and coalesced GRO messages are split back into one datagram per slot
-//! (`gro.rs`, which owns 1 MiB of scratch per socket for them). Callers see
+//! and coalesced GRO messages are received one datagram per slot where
+//! their length was foreseen (`scatter.rs`) and split back into one
+//! datagram per slot by copying where not (`gro.rs`, which owns 1 MiB of
+//! scratch per socket for them). Callers see
 //! one datagram per slot either way; [`UdpSocket::gso_enabled`] and
 //! [`UdpSocket::gro_enabled`] say which offloads a socket uses.
 
@@ -23,6 +25,7 @@ mod fd;
 mod gro;
 mod gso;
 mod pktinfo;
+mod scatter;
 
 use std::io;
 use std::mem;
@@ -242,7 +245,9 @@ impl UdpSocket {
     /// and carries its source address. A datagram longer than the stride
     /// leaves its slot empty (`len == 0`), or with GRO ends the batch once
     /// to wait for bigger slots; [`take_oversize`](Self::take_oversize)
-    /// tells how big they must be.
+    /// tells how big they must be. With GRO, slots set aside for a
+    /// coalesced message that came shorter stay empty too: skip every
+    /// empty slot.
     ///
     /// With GRO a full batch may leave datagrams behind in the socket's
     /// scratch ([`has_pending`](Self::has_pending)); the next call returns

@@ -398,6 +398,11 @@ impl Relay {
             let mut count = 0;
             let mut bytes = 0u64;
             for i in 0..n {
+                // A slot a coalesced receive did not need (empty, and
+                // skipped by the send as well).
+                if self.rx.packet(i).is_empty() {
+                    continue;
+                }
                 let addr = self.rx.addr(i);
                 let at = if perfect {
                     now
@@ -482,6 +487,9 @@ impl Relay {
             let mut count = 0;
             let mut bytes = 0u64;
             for i in 0..n {
+                if self.rx.packet(i).is_empty() {
+                    continue;
+                }
                 let at = if perfect {
                     now
                 } else {

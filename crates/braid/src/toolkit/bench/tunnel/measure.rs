@@ -66,6 +66,8 @@ pub struct Path<'a> {
     pub seconds: u32,
     /// Processes whose CPU time is charged to the single-stream transfer.
     pub pids: &'a [u32],
+    /// iperf3's congestion control (`-C`), if one was asked for.
+    pub cc: Option<&'a str>,
 }
 
 /// One iperf3 transfer's outcome.
@@ -150,6 +152,10 @@ impl Path<'_> {
         client
             .args(["-c", self.target, "-J", "-t", &seconds])
             .args(args);
+        if let Some(cc) = self.cc {
+            // iperf3 hands it to the server too, which sends with -R.
+            client.args(["-C", cc]);
+        }
         let cpu_before = self.vpn_cpu_seconds()?;
         let system_before = system_busy_seconds()?;
         let client = self.lab.spawn(client, "iperf3-client.json")?;

@@ -32,7 +32,7 @@ pub const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
                           [--seconds N] [--rounds R] [--netem \"FLAGS\"]
                           [--paths 1|2] [--transport udp|tcp] [--loss PCT]
-                          [--quick] [--json] [--label TEXT] [--plot FILE.svg]
+                          [--cc cubic|bbr|...] [--quick] [--json] [--label TEXT] [--plot FILE.svg]
 
 Measures one VPN between two network namespaces joined by veth: iperf3 one
 TCP stream, four streams and one reverse stream (Gbit/s), ICMP echo every
@@ -59,6 +59,9 @@ table (or --json) on stdout.
                     framed on one TCP connection; braid netem cannot relay it)
   --loss PCT        drop PCT % of the underlay packets in each direction
                     (an nft rule in B's namespace; any protocol)
+  --cc NAME         the inner TCP's congestion control in every transfer
+                    (iperf3 -C NAME, e.g. cubic or bbr; default: the
+                    kernel's, cubic)
   --quick           short runs, for tests
   --json            one JSON object: per-round numbers, medians, min, max
   --label TEXT      the case's name in the progress line and the output
@@ -80,6 +83,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         paths: 1,
         transport_tcp: false,
         loss: None,
+        cc: None,
         quick: false,
         json: false,
         label: None,
@@ -108,6 +112,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
                 }
             }
             "--loss" => o.loss = Some(underlay_loss::parse(&args.value(a)?)?),
+            "--cc" => o.cc = Some(parse_cc(&args.value(a)?)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -127,6 +132,23 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     o.seconds = seconds.unwrap_or(if o.quick { 1 } else { 5 });
     o.rounds = rounds.unwrap_or(if o.quick { 1 } else { 3 });
     Ok(Some(o))
+}
+
+/// A congestion control's name as the kernel spells them (`bbr`, `cubic`,
+/// `reno`, ...); whether it is available shows when iperf3 asks for it.
+fn parse_cc(name: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() < 16
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "--cc: {name:?} is not a congestion control name (cubic, bbr, ...)"
+        ))
+    }
 }
 
 pub fn run(argv: &[String]) -> Result<(), String> {

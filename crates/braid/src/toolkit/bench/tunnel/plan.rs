@@ -22,6 +22,9 @@ pub(super) struct Opts {
     pub(super) paths: u32,
     pub(super) transport_tcp: bool,
     pub(super) loss: Option<f64>,
+    /// `--cc NAME`: iperf3's TCP congestion control (`-C`) in every
+    /// transfer; None: the namespace's default (cubic).
+    pub(super) cc: Option<String>,
     pub(super) quick: bool,
     pub(super) json: bool,
     pub(super) label: Option<String>,
@@ -69,6 +72,9 @@ impl Opts {
             }
             if let Some(p) = self.loss {
                 l = format!("{l}, {p}% loss");
+            }
+            if let Some(cc) = &self.cc {
+                l = format!("{l}, {cc}");
             }
             l
         })

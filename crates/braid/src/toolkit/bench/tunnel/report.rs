@@ -44,12 +44,13 @@ impl Report {
             None => "veth".into(),
         };
         println!(
-            "braid bench tunnel: {} ({}), cipher {}, {underlay}, {} round(s) × {} s per iperf3 run",
+            "braid bench tunnel: {} ({}), cipher {}, {underlay}, {} round(s) × {} s per iperf3 run, TCP {}",
             self.label,
             self.version,
             o.cipher.name(),
             o.rounds,
-            o.seconds
+            o.seconds,
+            o.cc.as_deref().unwrap_or("default congestion control")
         );
         println!(
             "{:<24}{:>10}{:>10}{:>10}{:>10}",
@@ -111,6 +112,7 @@ impl Report {
             "vpn": o.vpn.name(),
             "vpn_version": self.version,
             "cipher": o.cipher.name(),
+            "cc": o.cc,
             "netem": self.netem,
             "seconds": o.seconds,
             "rounds": o.rounds,

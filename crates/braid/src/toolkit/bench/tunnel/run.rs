@@ -183,6 +183,7 @@ pub(super) fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report
             target: &tunnel.target,
             seconds: o.seconds,
             pids: &tunnel.pids,
+            cc: o.cc.as_deref(),
         };
         let (r, per_second) = round(&mut path, o, aead_s_per_gb, progress, n)?;
         for (panel, points) in panels.iter_mut().zip(per_second) {
