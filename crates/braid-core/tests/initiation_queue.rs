@@ -87,6 +87,16 @@ impl Initiator {
 }
 
 /// The responder and `n` initiators it knows as peers.
+/// One initiation from each initiator, each from a source address of its
+/// own, made at `now`.
+fn initiations(initiators: &mut [Initiator], now: Instant) -> Vec<(SocketAddr, Vec<u8>)> {
+    initiators
+        .iter_mut()
+        .enumerate()
+        .map(|(i, init)| (source(i), init.initiation(now, i as u32)))
+        .collect()
+}
+
 fn responder_with(n: usize) -> (Device, Vec<Initiator>) {
     let mut b = device(2);
     let b_pub = b.public_key().unwrap();
@@ -115,11 +125,7 @@ fn a_burst_over_the_budget_is_answered_in_full_over_later_wakeups() {
     const N: usize = 100;
     let (mut b, mut initiators) = responder_with(N);
     let now = clock::epoch();
-    let burst: Vec<_> = initiators
-        .iter_mut()
-        .enumerate()
-        .map(|(i, init)| (source(i), init.initiation(now, i as u32)))
-        .collect();
+    let burst: Vec<_> = initiations(&mut initiators, now);
     receive_batch(&mut b, now, &burst);
     let budget = MAX_HANDSHAKES_PER_BATCH as usize;
     let mut answered = responses(&transmit(&mut b, now));
@@ -175,11 +181,7 @@ fn initiations_spread_over_many_small_batches_are_all_answered_by_the_batches() 
     const N: usize = 60;
     let (mut b, mut initiators) = responder_with(N);
     let now = clock::epoch();
-    let all: Vec<_> = initiators
-        .iter_mut()
-        .enumerate()
-        .map(|(i, init)| (source(i), init.initiation(now, i as u32)))
-        .collect();
+    let all: Vec<_> = initiations(&mut initiators, now);
     let mut answered = 0;
     for (k, chunk) in all.chunks(12).enumerate() {
         let at = now + Duration::from_millis(k as u64);
@@ -243,11 +245,7 @@ fn a_full_queue_drops_and_counts() {
     // All of them again, with mac2, in one batch: the queue takes
     // MAX_QUEUED_INITIATIONS, the rest is dropped and counted, and the
     // batch's budget answers the oldest.
-    let burst: Vec<_> = initiators
-        .iter_mut()
-        .enumerate()
-        .map(|(i, init)| (source(i), init.initiation(now, i as u32)))
-        .collect();
+    let burst: Vec<_> = initiations(&mut initiators, now);
     receive_batch(&mut b, now, &burst);
     let c = b.counters;
     assert_eq!(
@@ -280,11 +278,7 @@ fn an_initiation_that_waited_rekey_timeout_is_dropped_unanswered() {
     const N: usize = 40;
     let (mut b, mut initiators) = responder_with(N);
     let t0 = clock::epoch();
-    let burst: Vec<_> = initiators
-        .iter_mut()
-        .enumerate()
-        .map(|(i, init)| (source(i), init.initiation(t0, i as u32)))
-        .collect();
+    let burst: Vec<_> = initiations(&mut initiators, t0);
     receive_batch(&mut b, t0, &burst);
     let budget = MAX_HANDSHAKES_PER_BATCH as usize;
     assert_eq!(responses(&transmit(&mut b, t0)).len(), budget);
@@ -306,11 +300,7 @@ fn an_initiation_that_waited_rekey_timeout_is_dropped_unanswered() {
     assert!(b.poll_timeout().is_none_or(|t| t > late));
     // A batch arriving that late drops them the same way before its own.
     let (mut b, mut initiators) = responder_with(N);
-    let burst: Vec<_> = initiators
-        .iter_mut()
-        .enumerate()
-        .map(|(i, init)| (source(i), init.initiation(t0, i as u32)))
-        .collect();
+    let burst: Vec<_> = initiations(&mut initiators, t0);
     receive_batch(&mut b, t0, &burst[..20]);
     transmit(&mut b, t0);
     receive_batch(&mut b, late, &burst[20..]);
