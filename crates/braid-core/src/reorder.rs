@@ -26,12 +26,15 @@
 //!    `max_bytes` bytes: the oldest gaps (never past the new packet) are
 //!    given up until it fits;
 //! 3. every live path has delivered a counter above it, each at least
-//!    `SLACK_FACTOR` × that path's own reorder slack ago, or the sender
+//!    `SLACK_FACTOR` × that path's own reorder slack ago (and at least the
+//!    configured pass wait, 1 ms by default), or the sender
 //!    said the gap's counters did not go on that path
 //!    ([`note_unassigned`](ReorderWindow::note_unassigned)). Lines are
 //!    FIFO-ish: one that never reorders has slack 0, so a gap that every
-//!    line has passed is lost at once and the added latency is the path
-//!    skew, not the hold. A path's slack is a decaying maximum of how late
+//!    line has passed is lost after the pass wait and the added latency is
+//!    the path skew, not the hold. The pass wait is there because the
+//!    ends are programs: a sender thread preempted between a packet's
+//!    counter and its send reorders a line that never reorders itself. A path's slack is a decaying maximum of how late
 //!    its own packets came: arrival of a late packet minus arrival of the
 //!    first later counter on the same path. An idle or sparsely used line
 //!    passes nothing for a while: the sender's word that it carried none of
@@ -147,6 +150,15 @@ pub const LATENESS_HALF_LIFE: Duration = Duration::from_secs(5);
 /// gap is declared lost early (the same margin as the hold's 2 × lateness).
 pub const SLACK_FACTOR: u32 = 2;
 
+/// The default [`ReorderConfig::pass_wait`]: the least time a path must
+/// have passed a gap by before rule 3 gives it up, whatever its measured
+/// slack. Both ends are programs on busy hosts:
+/// a thread preempted between giving a packet its counter and sending it
+/// reorders a line that never reorders on its own, and a slack of zero
+/// (nothing measured yet, or decayed) would make each such packet a loss
+/// the inner TCP pays for in full. A real loss waits this much longer.
+pub const DEFAULT_PASS_WAIT: Duration = Duration::from_millis(1);
+
 /// Repair requests remembered so their packets do not count as lateness
 /// (and outstanding at once, at most).
 const ASKED_LEN: usize = 8;
@@ -198,6 +210,10 @@ pub struct ReorderConfig {
     /// Longest packet accepted by [`ReorderWindow::insert`]; the size of a
     /// storage slot.
     pub max_packet: usize,
+    /// Rule 3 gives a gap up only once every path passed it at least this
+    /// long ago (and twice its slack): see [`DEFAULT_PASS_WAIT`]. Zero
+    /// trusts a path that never reordered at once.
+    pub pass_wait: Duration,
 }
 
 impl Default for ReorderConfig {
@@ -207,6 +223,7 @@ impl Default for ReorderConfig {
             capacity: DEFAULT_CAPACITY,
             max_bytes: DEFAULT_MAX_BYTES,
             max_packet: DEFAULT_MAX_PACKET,
+            pass_wait: DEFAULT_PASS_WAIT,
         }
     }
 }
@@ -351,8 +368,9 @@ struct PathState {
     /// How late the path's own packets come (reordering within the line).
     slack: DecayingMax,
     /// Progress samples, oldest first: (highest counter reached within the
-    /// step, start of the step). Both columns increase.
-    frontier: VecDeque<(u64, Instant)>,
+    /// step, start of the step, arrival of that highest counter). All
+    /// columns increase.
+    frontier: VecDeque<(u64, Instant, Instant)>,
     /// The sender's latest word on what did not go on this path: counters
     /// `from..to`, and when it came (see [`ReorderWindow::note_unassigned`]).
     unassigned: Option<(u64, u64, Instant)>,
@@ -381,6 +399,18 @@ impl PathState {
         (f <= from && to <= t).then_some(told)
     }
 
+    /// When the path had surely delivered a counter above `next`, from its
+    /// progress samples: the arrival of the highest counter of the first
+    /// step that reached past it, never earlier than the truth (`now` when
+    /// the samples do not say). So back-to-back gaps each wait their pass
+    /// wait from when the path passed them, not one after the other.
+    fn passed_since(&self, next: u64, now: Instant) -> Instant {
+        self.frontier
+            .iter()
+            .find(|&&(top, _, _)| top > next)
+            .map_or(now, |&(_, _, reached)| reached.min(now))
+    }
+
     fn forget_progress(&mut self) {
         self.highest = None;
         self.pass = None;
@@ -397,8 +427,8 @@ impl PathState {
                 // The first sample above `counter` started at or before the
                 // first later counter arrived: lateness is never
                 // underestimated within the span the samples cover.
-                if let Some(&(_, first_later)) =
-                    self.frontier.iter().find(|&&(top, _)| top > counter)
+                if let Some(&(_, first_later, _)) =
+                    self.frontier.iter().find(|&&(top, _, _)| top > counter)
                 {
                     self.slack
                         .sample(now, now.saturating_duration_since(first_later));
@@ -409,12 +439,14 @@ impl PathState {
                 self.highest = Some(counter);
                 let step = (self.slack.value(now) / 8).clamp(FRONTIER_MIN_STEP, FRONTIER_MAX_STEP);
                 match self.frontier.back_mut() {
-                    Some(last) if now.saturating_duration_since(last.1) < step => last.0 = counter,
+                    Some(last) if now.saturating_duration_since(last.1) < step => {
+                        (last.0, last.2) = (counter, now);
+                    }
                     _ => {
                         if self.frontier.len() == FRONTIER_LEN {
                             self.frontier.pop_front();
                         }
-                        self.frontier.push_back((counter, now));
+                        self.frontier.push_back((counter, now, now));
                     }
                 }
             }
@@ -1195,7 +1227,7 @@ impl ReorderWindow {
                 continue;
             }
             match p.highest {
-                Some(h) if h > next => p.pass = Some((h, now)),
+                Some(h) if h > next => p.pass = Some((h, p.passed_since(next, now))),
                 _ => {
                     p.pass = None;
                     self.passed &= !(1 << i);
@@ -1248,7 +1280,12 @@ impl ReorderWindow {
             let (_, passed_at) = p.pass?;
             // A due time past what an Instant can hold is never: that
             // path does not let the gap go early.
-            let due = passed_at.checked_add(p.slack.value(now).saturating_mul(SLACK_FACTOR))?;
+            let wait = p
+                .slack
+                .value(now)
+                .saturating_mul(SLACK_FACTOR)
+                .max(self.cfg.pass_wait);
+            let due = passed_at.checked_add(wait)?;
             at = Some(at.map_or(due, |a| a.max(due)));
         }
         at

@@ -788,6 +788,7 @@ impl Device {
                 .saturating_mul(defaults.max_bytes / defaults.capacity)
                 .max(defaults.max_bytes),
             max_packet: mtu.max(defaults.max_packet),
+            pass_wait: defaults.pass_wait,
         };
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;

@@ -150,6 +150,15 @@ fn run_case(number: usize, cfg: ReorderConfig, live: u8, steps: &[Step]) {
     }
 }
 
+/// The default window with no pass wait: rule 3 trusts a line that never
+/// reordered at once (what the rule-3 cases below are about).
+fn trusting_cfg() -> ReorderConfig {
+    ReorderConfig {
+        pass_wait: Duration::ZERO,
+        ..ReorderConfig::default()
+    }
+}
+
 /// Small bounds and a 10 ms ceiling: below the initial 20 ms estimate, so
 /// the hold is exactly 10 ms in these short runs.
 fn table_cfg() -> ReorderConfig {
@@ -158,6 +167,7 @@ fn table_cfg() -> ReorderConfig {
         capacity: 8,
         max_bytes: 8 * 100,
         max_packet: 100,
+        pass_wait: Duration::ZERO,
     }
 }
 
@@ -947,6 +957,7 @@ fn model_cfg() -> impl Strategy<Value = ReorderConfig> {
             capacity,
             max_bytes,
             max_packet: 100,
+            pass_wait: Duration::ZERO,
         })
 }
 
@@ -984,6 +995,7 @@ proptest! {
             capacity,
             max_bytes: capacity * 60 + 100,
             max_packet: 120,
+            pass_wait: Duration::ZERO,
         };
         let off = ceiling_ms == 0;
         let t0 = origin();
@@ -1461,7 +1473,7 @@ fn a_slack_past_what_an_instant_holds_turns_early_loss_off() {
 #[test]
 fn a_gap_found_lost_is_asked_for_and_waits_for_its_repair() {
     for repaired in [true, false] {
-        let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+        let mut rx = Rx::new(trusting_cfg(), 0b11);
         rx.w.set_repair_wait(Some(Duration::from_millis(25)));
         rx.packet(0, 0, 0, 64);
         rx.packet(100, 1, 1, 64);
@@ -1503,17 +1515,40 @@ fn a_gap_found_lost_is_asked_for_and_waits_for_its_repair() {
     }
 }
 
-/// Without a repair wait the same gap goes at once, as rule 3 says.
+/// Without a repair wait the same gap goes as rule 3 says: once both
+/// lines passed it by the pass wait (1 ms by default: line 0 passed it at
+/// 200 µs, line 1 at 300 µs), not at once: a packet of a line that never
+/// reordered may still be on its way from a sender thread that was
+/// preempted, and giving it up would cost the inner TCP a loss.
 #[test]
-fn without_repairs_rule_3_gives_up_at_once() {
+fn without_repairs_rule_3_gives_up_once_every_line_passed_the_gap_by_the_pass_wait() {
     let mut rx = Rx::new(ReorderConfig::default(), 0b11);
     rx.packet(0, 0, 0, 64);
     rx.packet(100, 1, 1, 64);
     rx.packet(200, 3, 0, 64);
     rx.packet(300, 4, 1, 64);
-    rx.tick(300);
+    assert_eq!(rx.w.poll_timeout(), Some(rx.at(1_300)));
+    rx.tick(1_299);
+    assert_eq!(rx.delivered, [0, 1]);
+    rx.tick(1_300);
     assert_eq!(rx.delivered, [0, 1, 3, 4]);
     assert_eq!(rx.w.take_repair_request(), None);
+    assert_eq!(rx.w.gap_counters().by_paths, 1);
+}
+
+/// A packet that comes within the pass wait after its line passed it (a
+/// sender thread was preempted between counter and send) is delivered in
+/// order, not dropped as Under Window.
+#[test]
+fn a_packet_late_by_less_than_the_pass_wait_on_a_line_that_never_reordered_is_kept() {
+    let mut rx = Rx::new(ReorderConfig::default(), 0b1);
+    rx.packet(0, 0, 0, 64);
+    rx.packet(100, 2, 0, 64);
+    rx.packet(200, 3, 0, 64);
+    rx.packet(900, 1, 0, 64);
+    assert_eq!(rx.delivered, [0, 1, 2, 3]);
+    let c = rx.w.counters();
+    assert_eq!([c.lost, c.under_window], [0, 0]);
 }
 
 /// Two lines, the second idle (live, but carrying nothing lately): a loss
@@ -1557,7 +1592,7 @@ fn a_gap_the_sender_says_an_idle_line_never_carried_goes_at_once() {
 fn the_senders_word_covers_only_the_counters_it_names() {
     // (from, to) said about line 1 while the gap is 2..3 (head 3).
     for (from, to, at_once) in [(1, 3, true), (2, 3, true), (3, 10, false), (0, 2, false)] {
-        let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+        let mut rx = Rx::new(trusting_cfg(), 0b11);
         rx.packet(0, 0, 1, 64);
         rx.packet(1_000, 1, 0, 64);
         rx.packet(2_000, 3, 0, 64);
@@ -1567,7 +1602,7 @@ fn the_senders_word_covers_only_the_counters_it_names() {
         assert_eq!(rx.delivered, want, "said {from}..{to}");
     }
     // An older word does not replace a newer one.
-    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    let mut rx = Rx::new(trusting_cfg(), 0b11);
     rx.packet(0, 0, 1, 64);
     rx.packet(1_000, 1, 0, 64);
     rx.packet(2_000, 3, 0, 64);
@@ -1583,7 +1618,7 @@ fn the_senders_word_covers_only_the_counters_it_names() {
 /// asked for at all.
 #[test]
 fn gaps_found_lost_together_are_asked_for_together() {
-    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    let mut rx = Rx::new(trusting_cfg(), 0b11);
     rx.w.set_repair_wait(Some(Duration::from_millis(25)));
     rx.w.set_path_skew(Duration::from_millis(100));
     for (t, c, path) in [
@@ -1613,7 +1648,7 @@ fn gaps_found_lost_together_are_asked_for_together() {
     assert_eq!(rx.w.gap_counters().by_paths, 2);
 
     // The sender repairs neither line: nothing is asked, nothing waits.
-    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    let mut rx = Rx::new(trusting_cfg(), 0b11);
     rx.w.set_repair_wait(Some(Duration::from_millis(25)));
     rx.w.note_unassigned(rx.at(0), 0, 0, 0, false);
     rx.w.note_unassigned(rx.at(0), 1, 0, 0, false);
@@ -1626,7 +1661,7 @@ fn gaps_found_lost_together_are_asked_for_together() {
 
     // Line 1 is repaired but the sender says it did not carry 1: lost on
     // line 0, which is not repaired, so not asked for.
-    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    let mut rx = Rx::new(trusting_cfg(), 0b11);
     rx.w.set_repair_wait(Some(Duration::from_millis(25)));
     rx.w.note_unassigned(rx.at(0), 0, 0, 0, false);
     rx.packet(0, 0, 0, 64);
