@@ -312,24 +312,26 @@ pub fn snapshot(
             ("lost".to_string(), r.lost),
             ("reorder_held".to_string(), info.reorder_held as u64),
             ("reorder_hold_us".to_string(), micros(info.reorder_hold)),
+            // Why the hold is what it is (skew + 2 × lateness + 1 ms) and
+            // why gaps were given up: in every mode, as a single jittery
+            // line reorders too.
+            ("reorder_skew_us".to_string(), micros(info.reorder_skew)),
+            (
+                "reorder_lateness_us".to_string(),
+                micros(info.reorder_lateness),
+            ),
+            ("gaps_by_hold".to_string(), info.reorder_gaps.by_hold),
+            ("gaps_by_bounds".to_string(), info.reorder_gaps.by_bounds),
+            ("gaps_by_paths".to_string(), info.reorder_gaps.by_paths),
+            ("gap_wait_us".to_string(), info.reorder_gaps.wait_us),
         ]);
         if info.mode == braid_core::path::Mode::Aggregate {
-            // Why the hold is what it is: skew + 2 × lateness + 1 ms.
             p.extra.extend([
-                ("reorder_skew_us".to_string(), micros(info.reorder_skew)),
-                (
-                    "reorder_lateness_us".to_string(),
-                    micros(info.reorder_lateness),
-                ),
                 (
                     "repair_wait_us".to_string(),
                     info.repair_wait.map_or(0, micros),
                 ),
                 ("repairs_asked".to_string(), r.repairs_asked),
-                ("gaps_by_hold".to_string(), info.reorder_gaps.by_hold),
-                ("gaps_by_bounds".to_string(), info.reorder_gaps.by_bounds),
-                ("gaps_by_paths".to_string(), info.reorder_gaps.by_paths),
-                ("gap_wait_us".to_string(), info.reorder_gaps.wait_us),
                 ("resent".to_string(), info.resent),
                 ("resend_unavailable".to_string(), info.resend_unavailable),
                 ("resend_congestion".to_string(), info.resend_congestion),
