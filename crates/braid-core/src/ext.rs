@@ -23,6 +23,10 @@
 //! - `Repair { from, count }`: the sender's data messages with counters
 //!   `from..from + count` (of the session the request is sealed in) did
 //!   not arrive; re-send them if you still have them (see `repair`).
+//! - `NoRepair { from, count }`: the answer for those of them the sender
+//!   will not re-send (no longer kept, or lost by a line that loses only
+//!   when full: congestion, left to the inner TCP), so the receiver's
+//!   window gives their gaps up at once instead of waiting a round trip.
 //! - `Sent { next, repairs, behind }`: which data counters (of the session it is
 //!   sealed in) went on which of the sender's paths, so the receiver's
 //!   reorder window gives up a gap no idle or sparse line can fill without
@@ -62,6 +66,7 @@ const KIND_REPAIR: u8 = 6;
 const REPAIR_LEN: usize = 1 + 8 + 2;
 const KIND_SENT: u8 = 7;
 const KIND_FILLER: u8 = 8;
+const KIND_NO_REPAIR: u8 = 9;
 /// A filler's fields: kind, path.
 pub const FILLER_HEAD_LEN: usize = 2;
 /// A `Sent` message's fixed part: kind, path count, `repairs`, `next`.
@@ -84,6 +89,7 @@ pub enum ExtMessage {
     PmtuProbe(PmtuBody),
     PmtuAck(PmtuBody),
     Repair { from: u64, count: u16 },
+    NoRepair { from: u64, count: u16 },
     Sent(SentBody),
     Filler { path: u8 },
 }
@@ -203,8 +209,12 @@ impl ExtMessage {
                 b.write(kind, &mut out[..PMTU_LEN]);
                 PMTU_LEN
             }
-            ExtMessage::Repair { from, count } => {
-                out[0] = KIND_REPAIR;
+            ExtMessage::Repair { from, count } | ExtMessage::NoRepair { from, count } => {
+                out[0] = if matches!(self, ExtMessage::Repair { .. }) {
+                    KIND_REPAIR
+                } else {
+                    KIND_NO_REPAIR
+                };
                 out[1..9].copy_from_slice(&from.to_le_bytes());
                 out[9..11].copy_from_slice(&count.to_le_bytes());
                 REPAIR_LEN
@@ -268,10 +278,15 @@ impl ExtMessage {
                 (n == (b.size as usize).max(PMTU_LEN)).then_some(ExtMessage::PmtuProbe(b))
             }
             (&KIND_PMTU_ACK, PMTU_LEN) => Some(ExtMessage::PmtuAck(PmtuBody::read(payload)?)),
-            (&KIND_REPAIR, REPAIR_LEN) => Some(ExtMessage::Repair {
-                from: u64::from_le_bytes(payload[1..9].try_into().ok()?),
-                count: u16::from_le_bytes(payload[9..11].try_into().ok()?),
-            }),
+            (&kind @ (KIND_REPAIR | KIND_NO_REPAIR), REPAIR_LEN) => {
+                let from = u64::from_le_bytes(payload[1..9].try_into().ok()?);
+                let count = u16::from_le_bytes(payload[9..11].try_into().ok()?);
+                Some(if kind == KIND_REPAIR {
+                    ExtMessage::Repair { from, count }
+                } else {
+                    ExtMessage::NoRepair { from, count }
+                })
+            }
             (&KIND_FILLER, n) if n >= FILLER_HEAD_LEN => {
                 Some(ExtMessage::Filler { path: payload[1] })
             }
@@ -341,6 +356,7 @@ mod tests {
                 from: u64::MAX,
                 count: u16::MAX,
             },
+            ExtMessage::NoRepair { from: 3, count: 1 },
             ExtMessage::Sent(SentBody {
                 next: u64::MAX,
                 paths: MAX_PATHS as u8,

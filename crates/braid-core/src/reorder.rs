@@ -777,6 +777,23 @@ impl ReorderWindow {
         self.repair_requests.pop_front()
     }
 
+    /// The sender said it will not re-send counters `from..to`: the gaps
+    /// asked for within them stop waiting (given up now, rule 3's count).
+    pub fn repairs_declined(&mut self, now: Instant, from: u64, to: u64) {
+        self.reclaim_lent();
+        let now = self.tick(now);
+        let mut any = false;
+        for r in self.repairs.iter_mut() {
+            if from <= r.0 && r.1 <= to {
+                r.2 = r.2.min(now);
+                any = true;
+            }
+        }
+        if any {
+            self.expire(now);
+        }
+    }
+
     pub fn set_path_skew(&mut self, skew: Duration) {
         self.skew = skew;
     }

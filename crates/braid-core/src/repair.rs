@@ -95,6 +95,29 @@ impl SentCopies {
         self.budget = (self.budget + BUDGET_SHARE).min(BUDGET_MAX);
     }
 
+    /// Whether a request for `counter` of `session` is answered with no
+    /// re-send, decided when the request comes (so the peer can be told at
+    /// once): the copy is gone, or its line loses only when full
+    /// (`lossy(path)` false: congestion, counted so). The budget is
+    /// checked when the copy is sealed ([`take_for_resend`](Self::take_for_resend)).
+    pub fn declines(&mut self, session: u32, counter: u64, lossy: impl Fn(usize) -> bool) -> bool {
+        let found = self
+            .slots
+            .get((counter % COPIES as u64) as usize)
+            .filter(|c| c.len > 0 && c.session == session && c.counter == counter);
+        match found {
+            None => {
+                self.unavailable = self.unavailable.saturating_add(1);
+                true
+            }
+            Some(c) if !lossy(usize::from(c.path)) => {
+                self.congestion = self.congestion.saturating_add(1);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
     /// The copy of `counter` of `session`, if it is still here, its line
     /// loses packets of its own (`lossy(path)`) and the budget allows a
     /// re-send (which it then pays for).

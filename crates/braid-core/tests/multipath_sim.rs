@@ -512,3 +512,44 @@ fn an_idle_line_is_measured_by_probe_trains() {
     assert!((50..=200).contains(&fillers), "{fillers}");
     assert_eq!(data_on_line(&net, 2, mark), 0);
 }
+
+/// Two clean lines that a bursty stream fills and drains again (TCP's saw
+/// tooth, sharper): what they drop is congestion, and a drop-tail queue
+/// drops at its peak, between probes. B cannot tell which line carried an
+/// older gap and asks; A re-sends none of it (re-sent, it would hide the
+/// congestion from the inner TCP) and says so at once (`NoRepair`), so a
+/// gap waits about a round trip behind the full queues, not the repair
+/// wait (before `NoRepair`: 620 gaps, 300 ms each, 8 of them the hold).
+#[test]
+fn congestion_drops_are_not_repaired_and_their_gaps_do_not_wait_for_repairs() {
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), capped(5.0, 40), 27);
+    establish(&mut net);
+    let mut next = load(&mut net, 0, 10.0, Duration::from_secs(1));
+    for _ in 0..16 {
+        next = load(&mut net, next, 40.0, Duration::from_millis(150));
+        next = load(&mut net, next, 4.0, Duration::from_millis(200));
+    }
+    net.run_for(Duration::from_secs(1));
+    let dropped = u64::from(next) - arrived(&net, 0, next) as u64;
+    let a = net.peer_info(A);
+    let b = net.peer_info(B);
+    let g = b.reorder_gaps;
+    let gaps = g.by_hold + g.by_bounds + g.by_paths;
+    eprintln!(
+        "{next} sent, {dropped} dropped; A re-sent {} (declined as congestion {}); B asked {}, gaps {g:?}",
+        a.resent, a.resend_congestion, b.reorder.repairs_asked
+    );
+    assert!(dropped > 200, "the bursts overflow the lines: {dropped}");
+    assert!(
+        a.resent <= dropped / 20,
+        "re-sent {} of {dropped} congestion drops",
+        a.resent
+    );
+    assert_eq!(g.by_hold, 0, "no gap waited the hold");
+    let mean_wait = Duration::from_micros(g.wait_us / gaps.max(1));
+    assert!(
+        mean_wait < Duration::from_millis(150),
+        "{gaps} gaps waited {mean_wait:?} each"
+    );
+    assert_eq!(in_order(&got(&net, B)), None);
+}

@@ -331,7 +331,12 @@ impl Device {
             ExtMessage::PmtuProbe(_) | ExtMessage::PmtuAck(_) => {
                 self.receive_pmtu(now, pid, line, src, msg);
             }
-            ExtMessage::Repair { from, count } => self.queue_resends(pid, receiver, from, count),
+            ExtMessage::Repair { from, count } => {
+                self.queue_resends(now, pid, receiver, from, count)
+            }
+            ExtMessage::NoRepair { from, count } => {
+                self.repairs_declined(now, pid, receiver, from, count)
+            }
             ExtMessage::Filler { .. } => {
                 // Delivered on this path: counted with its data, so the
                 // echo of the train's last probe says how fast it came.

@@ -58,25 +58,57 @@ impl Device {
     }
 
     /// The peer asks for `count` data messages from counter `from` of the
-    /// session with local index `session`: queued for `poll_transmit` on
-    /// the quickest line, those still kept.
-    pub(super) fn queue_resends(&mut self, pid: PeerId, session: u32, from: u64, count: u16) {
-        let Some(p) = self.peers[pid].as_ref() else {
+    /// session with local index `session`: those still kept and lost by a
+    /// line that loses of its own are queued for `poll_transmit` on the
+    /// quickest line; for the others the peer is told at once
+    /// (`NoRepair`), so its window does not wait a round trip for them.
+    pub(super) fn queue_resends(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        session: u32,
+        from: u64,
+        count: u16,
+    ) {
+        let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
-        if p.sent_copies.is_none() {
-            return;
-        }
         let Some(path) = p.paths.get(p.quickest_path()) else {
             return;
         };
         let (line, remote) = (path.line, path.remote);
         let count = u64::from(count).min(MAX_PER_REQUEST);
+        // Bit i: path i loses packets of its own.
+        let lossy = p
+            .paths
+            .iter()
+            .take(crate::path::MAX_PATHS)
+            .enumerate()
+            .filter(|(_, x)| x.own_loss() >= OWN_LOSS)
+            .fold(0u8, |m, (i, _)| m | 1 << i);
+        // Runs of declined counters, each answered with one message.
+        let mut declined: Option<(u64, u64)> = None;
         for counter in from..from.saturating_add(count) {
+            let Some(p) = self.peers[pid].as_mut() else {
+                return;
+            };
+            let declines = p.sent_copies.as_mut().is_none_or(|copies| {
+                copies.declines(session, counter, |i| i < 8 && lossy & (1 << i) != 0)
+            });
+            if declines {
+                declined = match declined {
+                    Some((f, t)) if t == counter => Some((f, counter + 1)),
+                    other => {
+                        self.decline_resends(now, pid, (line, remote), other);
+                        Some((counter, counter + 1))
+                    }
+                };
+                continue;
+            }
             if self.resends.len() >= MAX_QUEUED_RESENDS {
                 self.counters.control_queue_full =
                     self.counters.control_queue_full.saturating_add(1);
-                return;
+                break;
             }
             self.resends.push_back(QueuedResend {
                 pid,
@@ -85,6 +117,44 @@ impl Device {
                 line,
                 remote,
             });
+        }
+        self.decline_resends(now, pid, (line, remote), declined);
+    }
+
+    /// Tells the peer that counters `from..to` will not be re-sent.
+    fn decline_resends(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        (line, remote): (u16, std::net::SocketAddr),
+        range: Option<(u64, u64)>,
+    ) {
+        let Some((from, to)) = range else { return };
+        // Within MAX_PER_REQUEST of one request: fits a u16.
+        let count = u16::try_from(to - from).unwrap_or(u16::MAX);
+        self.queue_ext(now, pid, line, remote, ExtMessage::NoRepair { from, count });
+    }
+
+    /// The peer will not re-send counters `from..from + count` of the
+    /// session with local index `session`: the window gives their gaps up.
+    pub(super) fn repairs_declined(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        session: u32,
+        from: u64,
+        count: u16,
+    ) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        if p.reorder_session != Some(session) {
+            return;
+        }
+        p.reorder
+            .repairs_declined(now, from, from.saturating_add(u64::from(count)));
+        if p.reorder.ready_packets() > 0 {
+            self.reorder_ready_add(pid);
         }
     }
 

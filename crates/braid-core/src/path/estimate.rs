@@ -451,6 +451,10 @@ impl Outbound {
         let queue = Duration::from_micros(queue_us.max(0) as u64);
         let queued = queue > QUEUE_FULL;
         let full = queued && self.last_queue > QUEUE_FULL;
+        // A queue at either end of the interval: the line may have filled
+        // and dropped in between (a drop-tail queue drops at its peak,
+        // which a probe every 50 ms rarely sees).
+        let congested = queued || self.last_queue > QUEUE_FULL;
         self.last_queue = queue;
         let sent_before = snapshot.map(|(n, _)| n);
         let Some((last, last_sent)) = self.last else {
@@ -491,8 +495,10 @@ impl Outbound {
             });
         // Loss is the line's own only while it has no queue: a full line
         // drops what it cannot carry, and that says nothing about its
-        // quality.
-        if let (Some(now_sent), Some(then_sent), false) = (sent_before, last_sent, full) {
+        // quality. Taken for a loss of its own, a congestion drop would be
+        // re-sent on the other line and the window would wait a round trip
+        // for it, behind that line's queue.
+        if let (Some(now_sent), Some(then_sent), false) = (sent_before, last_sent, congested) {
             // Signed: a packet counted as sent before a probe may leave
             // just after it (data and probes leave in different batches),
             // and then arrives in the next interval, more than was sent.
