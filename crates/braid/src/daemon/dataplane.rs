@@ -127,6 +127,10 @@ pub struct Shared {
     pub cores: usize,
     /// Batch parts sealed or opened by crypto helpers.
     pub helper_parts: Arc<AtomicU64>,
+    /// Packets read from the TUN and sent, by either thread (counted per
+    /// batch): the main thread's busy-poll tells by it whether a wake-up
+    /// sent anything (see `spin`).
+    tun_sent: AtomicU64,
 }
 
 /// The batches and crypto jobs of one direction (sending from the TUN, or
@@ -211,6 +215,7 @@ impl Shared {
             helper_parts,
             outbound_watches_tun: AtomicBool::new(false),
             outbound_waker: Waker::new()?,
+            tun_sent: AtomicU64::new(0),
         })
     }
 
@@ -339,6 +344,11 @@ impl Shared {
         let _ = self.waker.wake();
     }
 
+    /// Packets read from the TUN and sent so far (see `tun_sent`).
+    pub fn tun_packets_sent(&self) -> u64 {
+        self.tun_sent.load(Ordering::Relaxed)
+    }
+
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -406,6 +416,9 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
     if read.packets == 0 {
         return Ok(read);
     }
+    shared
+        .tun_sent
+        .fetch_add(read.packets as u64, Ordering::Relaxed);
     shared.clamp_mss(batch);
     shared.path_mtu.answer_oversize(&shared.tun, batch)?;
     let now = Instant::now();
