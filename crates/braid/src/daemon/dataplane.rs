@@ -127,10 +127,11 @@ pub struct Shared {
     pub cores: usize,
     /// Batch parts sealed or opened by crypto helpers.
     pub helper_parts: Arc<AtomicU64>,
-    /// Packets read from the TUN and sent, by either thread (counted per
-    /// batch): the main thread's busy-poll tells by it whether a wake-up
-    /// sent anything (see `spin`).
+    /// Packets read from the TUN and sent, and packets written to the TUN,
+    /// by either thread (counted per batch): the main thread's busy-poll
+    /// tells by them what a wake-up moved (see `spin`).
     tun_sent: AtomicU64,
+    tun_written: AtomicU64,
 }
 
 /// The batches and crypto jobs of one direction (sending from the TUN, or
@@ -216,6 +217,7 @@ impl Shared {
             outbound_watches_tun: AtomicBool::new(false),
             outbound_waker: Waker::new()?,
             tun_sent: AtomicU64::new(0),
+            tun_written: AtomicU64::new(0),
         })
     }
 
@@ -347,6 +349,11 @@ impl Shared {
     /// Packets read from the TUN and sent so far (see `tun_sent`).
     pub fn tun_packets_sent(&self) -> u64 {
         self.tun_sent.load(Ordering::Relaxed)
+    }
+
+    /// Packets written to the TUN so far (see `tun_written`).
+    pub fn tun_packets_written(&self) -> u64 {
+        self.tun_written.load(Ordering::Relaxed)
     }
 
     pub fn stopping(&self) -> bool {
@@ -675,6 +682,9 @@ pub fn receive_from_line(
         }
         shared.clamp_mss(batch);
         let written = shared.tun.write_batch(batch)? + write_released_into(shared, now, control)?;
+        shared
+            .tun_written
+            .fetch_add(written as u64, Ordering::Relaxed);
         if pending {
             transmit_pending(shared, now, control)?;
         }

@@ -494,6 +494,7 @@ impl Daemon {
             };
             let woke = Instant::now();
             let sent_before = self.shared.tun_packets_sent();
+            let written_before = self.shared.tun_packets_written();
             let mut received = 0;
             for (line, &leftover) in leftovers.iter().enumerate().take(n_lines) {
                 if leftover || ready.is_readable(1 + line) {
@@ -503,13 +504,18 @@ impl Daemon {
             if watch_tun && ready.is_readable(tun_index) {
                 dataplane::send_from_tun_as_watcher(&self.shared)?;
             }
-            let sent = self.shared.tun_packets_sent().wrapping_sub(sent_before);
+            let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
             spin_for = spin.after_wake(
                 woke,
                 Instant::now(),
                 spin::Wake {
                     received,
-                    sent: usize::try_from(sent).unwrap_or(usize::MAX),
+                    delivered: count(
+                        self.shared
+                            .tun_packets_written()
+                            .wrapping_sub(written_before),
+                    ),
+                    sent: count(self.shared.tun_packets_sent().wrapping_sub(sent_before)),
                 },
                 self.shared.main_watches_tun(),
             );

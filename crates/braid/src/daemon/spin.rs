@@ -14,8 +14,9 @@
 //!   the other threads need the CPU;
 //! - after a receive alone, or a send whose answers have not been coming
 //!   back in time (fewer than [`HITS_NEEDED`] of the last [`HISTORY`]
-//!   sends were answered within [`MAX_SPIN`]): so the answering end of a
-//!   ping, and an idle peer, sleep at once;
+//!   sends were answered, by packets written to the TUN, within
+//!   [`MAX_SPIN`]): so the answering end of a ping, and an idle peer,
+//!   sleep at once;
 //! - for more than [`SPIN_SHARE`] of the time over each [`WINDOW`].
 //!
 //! [`Spin`] decides, with time passed in; [`poll_then_wait`] polls.
@@ -35,7 +36,7 @@ pub const BULK_OVER_AFTER: Duration = Duration::from_millis(20);
 pub const HISTORY: u32 = u8::BITS;
 /// Sends among the last [`HISTORY`] that must have been answered within
 /// [`MAX_SPIN`] for the next one to spin.
-pub const HITS_NEEDED: u32 = 2;
+pub const HITS_NEEDED: u32 = 4;
 /// The share of wall time spinning may take at most, per window.
 pub const SPIN_SHARE: u32 = 10;
 pub const WINDOW: Duration = Duration::from_millis(100);
@@ -57,6 +58,10 @@ pub struct Spin {
 pub struct Wake {
     /// Datagrams received from the lines.
     pub received: usize,
+    /// Packets written to the TUN: what answers a send. braid's own
+    /// messages (the peer's path probes, every 50 ms) are received but
+    /// not written, so they do not pass for answers.
+    pub delivered: usize,
     /// Packets read from the TUN and sent.
     pub sent: usize,
 }
@@ -89,7 +94,7 @@ impl Spin {
             return None;
         }
         if let Some(sent_at) = self.awaiting {
-            if wake.received > 0 {
+            if wake.delivered > 0 {
                 self.awaiting = None;
                 self.record(woke.saturating_duration_since(sent_at) <= MAX_SPIN);
             } else if now.saturating_duration_since(sent_at) > MAX_SPIN {
@@ -164,15 +169,24 @@ mod tests {
 
     const SENT: Wake = Wake {
         received: 0,
+        delivered: 0,
         sent: 1,
     };
     const RECEIVED: Wake = Wake {
         received: 1,
+        delivered: 1,
         sent: 0,
     };
     const RECEIVED_AND_SENT: Wake = Wake {
         received: 1,
+        delivered: 1,
         sent: 1,
+    };
+    /// One of the peer's path probes: received, not written to the TUN.
+    const PROBE: Wake = Wake {
+        received: 1,
+        delivered: 0,
+        sent: 0,
     };
 
     fn us(n: u64) -> Duration {
@@ -197,9 +211,9 @@ mod tests {
     fn the_asking_end_spins_once_answers_come_back_quickly() {
         let start = Instant::now();
         let mut spin = Spin::new(start);
-        let decided = pings(&mut spin, start, 5);
-        assert_eq!(decided[..2], [None, None], "nothing learned yet");
-        assert!(decided[2..].iter().all(|d| *d == Some(MAX_SPIN)));
+        let decided = pings(&mut spin, start, 6);
+        assert_eq!(decided[..4], [None; 4], "nothing learned yet");
+        assert!(decided[4..].iter().all(|d| *d == Some(MAX_SPIN)));
     }
 
     #[test]
@@ -214,6 +228,10 @@ mod tests {
                 spin.after_wake(t, t + us(20), RECEIVED_AND_SENT, true),
                 None
             );
+            // The peer's path probe, sent as its thread woke for the
+            // answer: right after the answer left, but no answer itself.
+            let probe = t + us(120);
+            assert_eq!(spin.after_wake(probe, probe, PROBE, true), None);
         }
     }
 
@@ -248,6 +266,7 @@ mod tests {
         let t = t + Duration::from_millis(1);
         let bulk = Wake {
             received: BULK,
+            delivered: BULK,
             sent: 1,
         };
         assert_eq!(spin.after_wake(t, t, bulk, true), None);
