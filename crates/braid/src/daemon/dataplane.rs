@@ -68,7 +68,9 @@
 //!
 //! For the same reason the outbound thread watches the TUN only while
 //! sending is bulk; otherwise the main thread watches it next to the
-//! lines (see [`run_outbound`]).
+//! lines (see [`run_outbound`]). And after a light send whose answers
+//! have been coming back quickly, the main thread polls for up to 250 µs
+//! before it sleeps, so the answer needs no wake-up (see `spin`).
 
 use super::batch::{data_plane_batch, fit, stride_for};
 use super::crypto_helpers::CryptoHelpers;

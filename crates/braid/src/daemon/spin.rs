@@ -26,7 +26,8 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 /// The longest spin after a send. An answer through a tunnel between two
-/// namespaces on this machine comes 120–200 µs after the request left.
+/// namespaces on this machine comes about 100 µs after the request left
+/// (p50; 190 µs p90, 380 µs p99, traced).
 pub const MAX_SPIN: Duration = Duration::from_micros(250);
 /// A wake-up that moved this many packets (either way) is bulk traffic.
 pub const BULK: usize = 16;
@@ -37,7 +38,8 @@ pub const HISTORY: u32 = u8::BITS;
 /// Sends among the last [`HISTORY`] that must have been answered within
 /// [`MAX_SPIN`] for the next one to spin.
 pub const HITS_NEEDED: u32 = 4;
-/// The share of wall time spinning may take at most, per window.
+/// The share of wall time spinning may take at most, per window, in per
+/// cent.
 pub const SPIN_SHARE: u32 = 10;
 pub const WINDOW: Duration = Duration::from_millis(100);
 
