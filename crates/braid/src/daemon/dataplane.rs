@@ -68,7 +68,9 @@
 //!
 //! For the same reason the outbound thread watches the TUN only while
 //! sending is bulk; otherwise the main thread watches it next to the
-//! lines (see [`run_outbound`]).
+//! lines (see [`run_outbound`]). And after a light send whose answers
+//! have been coming back quickly, the main thread polls for up to 250 µs
+//! before it sleeps, so the answer needs no wake-up (see `spin`).
 
 use super::batch::{data_plane_batch, fit, stride_for};
 use super::crypto_helpers::CryptoHelpers;
@@ -127,6 +129,11 @@ pub struct Shared {
     pub cores: usize,
     /// Batch parts sealed or opened by crypto helpers.
     pub helper_parts: Arc<AtomicU64>,
+    /// Packets read from the TUN and sent, and packets written to the TUN,
+    /// by either thread (counted per batch): the main thread's busy-poll
+    /// tells by them what a wake-up moved (see `spin`).
+    tun_sent: AtomicU64,
+    tun_written: AtomicU64,
 }
 
 /// The batches and crypto jobs of one direction (sending from the TUN, or
@@ -211,6 +218,8 @@ impl Shared {
             helper_parts,
             outbound_watches_tun: AtomicBool::new(false),
             outbound_waker: Waker::new()?,
+            tun_sent: AtomicU64::new(0),
+            tun_written: AtomicU64::new(0),
         })
     }
 
@@ -339,6 +348,16 @@ impl Shared {
         let _ = self.waker.wake();
     }
 
+    /// Packets read from the TUN and sent so far (see `tun_sent`).
+    pub fn tun_packets_sent(&self) -> u64 {
+        self.tun_sent.load(Ordering::Relaxed)
+    }
+
+    /// Packets written to the TUN so far (see `tun_written`).
+    pub fn tun_packets_written(&self) -> u64 {
+        self.tun_written.load(Ordering::Relaxed)
+    }
+
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -406,6 +425,9 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
     if read.packets == 0 {
         return Ok(read);
     }
+    shared
+        .tun_sent
+        .fetch_add(read.packets as u64, Ordering::Relaxed);
     shared.clamp_mss(batch);
     shared.path_mtu.answer_oversize(&shared.tun, batch)?;
     let now = Instant::now();
@@ -662,6 +684,9 @@ pub fn receive_from_line(
         }
         shared.clamp_mss(batch);
         let written = shared.tun.write_batch(batch)? + write_released_into(shared, now, control)?;
+        shared
+            .tun_written
+            .fetch_add(written as u64, Ordering::Relaxed);
         if pending {
             transmit_pending(shared, now, control)?;
         }

@@ -29,6 +29,7 @@ pub mod privilege;
 mod reload;
 pub mod requests;
 pub mod routes;
+pub mod spin;
 pub mod tcp_lines;
 
 use crate::background::{self, ReadyPipe};
@@ -449,6 +450,8 @@ impl Daemon {
         let mut watch = iface::Watch::default();
         // A first look now, so a move right after start-up is noticed.
         let _ = watch.check(&self.shared.tun, &self.name);
+        let mut spin = spin::Spin::new(Instant::now());
+        let mut spin_for: Option<Duration> = None;
         while !background::stop_requested() && !self.shared.stopping() {
             let now = Instant::now();
             let deadline = self
@@ -481,15 +484,41 @@ impl Daemon {
             } else {
                 deadline.saturating_duration_since(now)
             };
-            let ready = poll::wait(fds, Some(wait))?;
+            let ready = match spin_for.take() {
+                Some(budget) if !wait.is_zero() => {
+                    let (ready, spent) = spin::poll_then_wait(fds, budget, wait)?;
+                    spin.spun(spent);
+                    ready
+                }
+                _ => poll::wait(fds, Some(wait))?,
+            };
+            let woke = Instant::now();
+            let sent_before = self.shared.tun_packets_sent();
+            let written_before = self.shared.tun_packets_written();
+            let mut received = 0;
             for (line, &leftover) in leftovers.iter().enumerate().take(n_lines) {
                 if leftover || ready.is_readable(1 + line) {
-                    self.on_udp_readable(line)?;
+                    received += self.on_udp_readable(line)?;
                 }
             }
             if watch_tun && ready.is_readable(tun_index) {
                 dataplane::send_from_tun_as_watcher(&self.shared)?;
             }
+            let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            spin_for = spin.after_wake(
+                woke,
+                Instant::now(),
+                spin::Wake {
+                    received,
+                    delivered: count(
+                        self.shared
+                            .tun_packets_written()
+                            .wrapping_sub(written_before),
+                    ),
+                    sent: count(self.shared.tun_packets_sent().wrapping_sub(sent_before)),
+                },
+                self.shared.main_watches_tun(),
+            );
             if ready.is_readable(0) {
                 self.shared.waker.drain()?;
                 self.serve_requests();
@@ -551,10 +580,10 @@ impl Daemon {
 
     /// Receives from `line` until it is drained (bounded, so timers and
     /// requests are not starved).
-    fn on_udp_readable(&mut self, line: usize) -> std::io::Result<()> {
+    /// Returns how many datagrams came in.
+    fn on_udp_readable(&mut self, line: usize) -> std::io::Result<usize> {
         let mut receiver = self.shared.receiver();
-        dataplane::receive_from_line(&self.shared, &mut receiver, line, RECV_BATCHES_PER_WAKE)?;
-        Ok(())
+        dataplane::receive_from_line(&self.shared, &mut receiver, line, RECV_BATCHES_PER_WAKE)
     }
 
     /// Writes what the reorder windows released (after the batch it
