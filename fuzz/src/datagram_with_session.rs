@@ -162,7 +162,7 @@ fn sealed_ext(pair: &Pair, input: &mut Input) -> Option<Vec<u8>> {
         rx_probes: input.u32(),
     };
     let mut payload = [0u8; MAX_PAYLOAD];
-    let len = match shape % 6 {
+    let len = match shape % 7 {
         0 => ExtMessage::Hello {
             version: input.u8(),
             path: input.u8(),
@@ -181,6 +181,11 @@ fn sealed_ext(pair: &Pair, input: &mut Input) -> Option<Vec<u8>> {
         )
         .encode(&mut payload),
         4 => ExtMessage::Repair {
+            from: input.u64(),
+            count: input.u16(),
+        }
+        .encode(&mut payload),
+        5 => ExtMessage::NoRepair {
             from: input.u64(),
             count: input.u16(),
         }

@@ -87,6 +87,9 @@ pub fn run(data: &[u8]) {
         capacity,
         max_bytes: max_packet * (1 + input.u8() as usize % (2 * capacity)),
         max_packet,
+        // From the byte already read, so earlier inputs keep their meaning:
+        // 0 (a line trusted at once) to 3.75 ms.
+        pass_wait: Duration::from_micros(u64::from(cfg_byte >> 4) * 250),
     };
     if cfg.validate().is_err() {
         return;
