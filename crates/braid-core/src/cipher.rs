@@ -15,9 +15,13 @@
 
 use crate::crypto::{self, Key, TAG_LEN};
 use crate::messages::{self, DATA_HEADER_LEN};
-use ring::aead::{Aad, LessSafeKey, Tag, UnboundKey, AES_256_GCM};
+use ring::aead::{Aad, LessSafeKey, Tag};
 use std::fmt;
 use zeroize::Zeroize;
+
+mod aes_key;
+
+pub use aes_key::{AesKey, AesLibrary};
 
 /// What a user allows (`Cipher =` in `[Interface]` or `[Peer]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -196,14 +200,15 @@ const AES_LABEL: &[u8] = b"braid aes256gcm data v1";
 pub struct DataKeys {
     chacha_send: Wiped<LessSafeKey>,
     chacha_recv: Wiped<LessSafeKey>,
-    aes: Option<(Wiped<LessSafeKey>, Wiped<LessSafeKey>)>,
+    aes: Option<(Wiped<AesKey>, Wiped<AesKey>)>,
 }
 
 /// A value whose bytes are overwritten with zeros once it is dropped.
 /// ring keeps an AEAD key (the ChaCha20 key, the AES round keys) inline in
 /// `LessSafeKey` and does not wipe it, so without this a session's keys
 /// would stay in freed memory after the session ends (Linux WireGuard
-/// frees keypairs with `kfree_sensitive` for the same reason).
+/// frees keypairs with `kfree_sensitive` for the same reason). aws-lc
+/// keeps its key in a context of its own that it wipes when freeing it.
 struct Wiped<T>(std::mem::ManuallyDrop<T>);
 
 impl<T> Wiped<T> {
@@ -240,9 +245,15 @@ impl<T> Drop for Wiped<T> {
 pub struct AuthFailed;
 
 impl DataKeys {
-    /// Keys for a session; the AES pair only when this end offers AES.
-    pub fn new(send: &Key, recv: &Key, with_aes: bool) -> DataKeys {
-        let aes = with_aes.then(|| (Wiped::new(aes_key(send)), Wiped::new(aes_key(recv))));
+    /// Keys for a session; the AES pair (in `aes`'s library) only when
+    /// this end offers AES.
+    pub fn new(send: &Key, recv: &Key, aes: Option<AesLibrary>) -> DataKeys {
+        let aes = aes.map(|library| {
+            (
+                Wiped::new(aes_key(library, send)),
+                Wiped::new(aes_key(library, recv)),
+            )
+        });
         DataKeys {
             chacha_send: Wiped::new(crypto::aead_key(send)),
             chacha_recv: Wiped::new(crypto::aead_key(recv)),
@@ -254,13 +265,6 @@ impl DataKeys {
         self.aes.is_some()
     }
 
-    fn sealing(&self, cipher: DataCipher) -> &LessSafeKey {
-        match (cipher, &self.aes) {
-            (DataCipher::Aes256Gcm, Some((send, _))) => send,
-            _ => &self.chacha_send,
-        }
-    }
-
     /// Seals the data message in `datagram` (header written by
     /// [`write_data_header`], plaintext padded at `DATA_HEADER_LEN`, room
     /// for the tag behind it) in place.
@@ -268,34 +272,36 @@ impl DataKeys {
         let cipher = DataCipher::of_message(datagram);
         let counter = messages::read_u64(datagram, messages::data::COUNTER);
         let end = datagram.len() - TAG_LEN;
-        let tag: Tag = self
-            .sealing(cipher)
-            .seal_in_place_separate_tag(
-                crypto::nonce(counter),
-                Aad::empty(),
-                &mut datagram[DATA_HEADER_LEN..end],
-            )
-            .expect("packet length is within AEAD limits");
-        datagram[end..].copy_from_slice(tag.as_ref());
+        let body = &mut datagram[DATA_HEADER_LEN..end];
+        let tag: [u8; TAG_LEN] = match (cipher, &self.aes) {
+            (DataCipher::Aes256Gcm, Some((send, _))) => send.seal(counter, body),
+            _ => {
+                let tag: Tag = self
+                    .chacha_send
+                    .seal_in_place_separate_tag(crypto::nonce(counter), Aad::empty(), body)
+                    .expect("packet length is within AEAD limits");
+                tag.as_ref().try_into().expect("16-byte tag")
+            }
+        };
+        datagram[end..].copy_from_slice(&tag);
     }
 
     /// Opens a data message in place; returns the plaintext length (at
     /// `DATA_HEADER_LEN`). The replay window is not touched here.
     pub fn open(&self, datagram: &mut [u8]) -> Result<usize, AuthFailed> {
-        let key = match (DataCipher::of_message(datagram), &self.aes) {
-            (DataCipher::ChaCha20Poly1305, _) => &*self.chacha_recv,
-            (DataCipher::Aes256Gcm, Some((_, recv))) => recv,
-            // We never offered AES on this session.
-            (DataCipher::Aes256Gcm, None) => return Err(AuthFailed),
-        };
         let counter = messages::read_u64(datagram, messages::data::COUNTER);
-        key.open_in_place(
-            crypto::nonce(counter),
-            Aad::empty(),
-            &mut datagram[DATA_HEADER_LEN..],
-        )
-        .map(|plain| plain.len())
-        .map_err(|_| AuthFailed)
+        let cipher = DataCipher::of_message(datagram);
+        let sealed = &mut datagram[DATA_HEADER_LEN..];
+        match (cipher, &self.aes) {
+            (DataCipher::ChaCha20Poly1305, _) => self
+                .chacha_recv
+                .open_in_place(crypto::nonce(counter), Aad::empty(), sealed)
+                .map(|plain| plain.len())
+                .map_err(|_| AuthFailed),
+            (DataCipher::Aes256Gcm, Some((_, recv))) => recv.open(counter, sealed),
+            // We never offered AES on this session.
+            (DataCipher::Aes256Gcm, None) => Err(AuthFailed),
+        }
     }
 
     /// The ChaCha20-Poly1305 keys, which also seal extension messages.
@@ -304,9 +310,9 @@ impl DataKeys {
     }
 }
 
-fn aes_key(session_key: &Key) -> LessSafeKey {
+fn aes_key(library: AesLibrary, session_key: &Key) -> AesKey {
     let mut k = crypto::kdf1(session_key, AES_LABEL);
-    let key = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &k).expect("32-byte key"));
+    let key = AesKey::new(library, &k);
     k.zeroize();
     key
 }
@@ -367,8 +373,8 @@ mod tests {
     #[test]
     fn both_ciphers_round_trip_and_differ() {
         let (a, b) = ([1u8; 32], [2u8; 32]);
-        let alice = DataKeys::new(&a, &b, true);
-        let bob = DataKeys::new(&b, &a, true);
+        let alice = DataKeys::new(&a, &b, Some(AesLibrary::Ring));
+        let bob = DataKeys::new(&b, &a, Some(AesLibrary::Ring));
         let chacha = message(&alice, DataCipher::ChaCha20Poly1305, 5, b"hello braid");
         let aes = message(&alice, DataCipher::Aes256Gcm, 5, b"hello braid");
         assert_eq!(chacha[0], messages::TYPE_DATA);
@@ -383,13 +389,13 @@ mod tests {
     #[test]
     fn aes_refused_when_not_offered_and_tampering_detected() {
         let (a, b) = ([1u8; 32], [2u8; 32]);
-        let alice = DataKeys::new(&a, &b, true);
-        let stock_bob = DataKeys::new(&b, &a, false);
+        let alice = DataKeys::new(&a, &b, Some(AesLibrary::Ring));
+        let stock_bob = DataKeys::new(&b, &a, None);
         let mut aes = message(&alice, DataCipher::Aes256Gcm, 0, b"x");
         assert_eq!(stock_bob.open(&mut aes), Err(AuthFailed));
         // The type byte is not authenticated, but flipping it only makes the
         // wrong key try: the tag fails.
-        let bob = DataKeys::new(&b, &a, true);
+        let bob = DataKeys::new(&b, &a, Some(AesLibrary::Ring));
         let mut flipped = message(&alice, DataCipher::Aes256Gcm, 0, b"x");
         flipped[0] = messages::TYPE_DATA;
         assert_eq!(bob.open(&mut flipped), Err(AuthFailed));

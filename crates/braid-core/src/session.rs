@@ -5,6 +5,7 @@
 //! `next` until the first data message proves the initiator has it too; only
 //! then may the responder send with it.
 
+use crate::cipher::AesLibrary;
 use crate::cipher::{self, DataCipher, DataKeys};
 use crate::consts::{REJECT_AFTER_MESSAGES, REJECT_AFTER_TIME};
 use crate::crypto::TAG_LEN;
@@ -34,14 +35,15 @@ pub struct Keypair {
 
 impl Keypair {
     /// A session from a completed handshake; `offer_aes` derives the
-    /// AES-256-GCM keys too, so the peer may switch to them.
+    /// AES-256-GCM keys too (sealed by that library), so the peer may
+    /// switch to them.
     pub fn new(
         keys: &SessionKeys,
         local_index: u32,
         remote_index: u32,
         created: Instant,
         initiator: bool,
-        offer_aes: bool,
+        offer_aes: Option<AesLibrary>,
     ) -> Self {
         Keypair {
             keys: Arc::new(DataKeys::new(&keys.send, &keys.recv, offer_aes)),

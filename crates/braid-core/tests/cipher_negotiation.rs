@@ -3,7 +3,7 @@
 //! both offer it, ChaCha20-Poly1305 with anyone else (stock WireGuard
 //! included), and data flows either way.
 
-use braid_core::cipher::{CipherPolicy, DataCipher};
+use braid_core::cipher::{AesLibrary, CipherPolicy, DataCipher};
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::testing::{Net, NodeId, A, B};
 use braid_netem::link::LinkParams;
@@ -11,19 +11,21 @@ use std::time::Duration;
 
 const LATENCY: Duration = Duration::from_millis(1);
 
-/// One end: its device, whether it runs braid's extensions, its policy and
-/// whether its CPU has AES instructions.
+/// One end: its device, whether it runs braid's extensions, its policy,
+/// whether its CPU has AES instructions and which library seals AES.
 #[derive(Clone, Copy)]
 struct End {
     extensions: bool,
     policy: CipherPolicy,
     aes_hardware: bool,
+    aes_library: AesLibrary,
 }
 
 const BRAID_AES: End = End {
     extensions: true,
     policy: CipherPolicy::Auto,
     aes_hardware: true,
+    aes_library: AesLibrary::Ring,
 };
 
 /// A and B, set up as `a_end` and `b_end`, over a perfect `LATENCY` line;
@@ -35,6 +37,7 @@ fn pair(a_end: End, b_end: End) -> Net {
         d.set_extensions(end.extensions);
         d.set_cipher(end.policy);
         d.set_aes_hardware(end.aes_hardware);
+        d.set_aes_library(end.aes_library);
     }
     let line = LinkParams {
         delay: LATENCY,
@@ -99,6 +102,30 @@ fn two_braid_peers_with_aes_hardware_move_to_aes() {
     assert!(all(&data_types(&pair, B), TYPE_DATA_AES));
     assert_eq!(pair[B].delivered.len(), 50);
     assert_eq!(pair[A].delivered.len(), 50);
+}
+
+#[test]
+fn ends_sealing_aes_with_different_libraries_understand_each_other() {
+    for &library in AesLibrary::ALL {
+        let other = End {
+            aes_library: library,
+            ..BRAID_AES
+        };
+        let pair = negotiate(other, BRAID_AES);
+        assert_eq!(
+            cipher_of(&pair, A),
+            Some(DataCipher::Aes256Gcm),
+            "{library:?}"
+        );
+        assert_eq!(
+            cipher_of(&pair, B),
+            Some(DataCipher::Aes256Gcm),
+            "{library:?}"
+        );
+        assert!(all(&data_types(&pair, A), TYPE_DATA_AES));
+        assert_eq!(pair[B].delivered.len(), 50, "{library:?}");
+        assert_eq!(pair[A].delivered.len(), 50, "{library:?}");
+    }
 }
 
 #[test]

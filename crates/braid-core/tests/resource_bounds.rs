@@ -73,7 +73,7 @@ fn paths_per_peer_stop_at_max_paths() {
         send: [1; 32],
         recv: [2; 32],
     };
-    let session = braid_core::session::Keypair::new(&keys, 7, 8, now, true, false);
+    let session = braid_core::session::Keypair::new(&keys, 7, 8, now, true, None);
     peer.keypairs.current = Some(Box::new(session));
     peer.braid_session = Some(7);
     assert!(peer.speaks_braid());

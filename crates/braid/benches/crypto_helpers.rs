@@ -33,7 +33,11 @@ fn batch(cipher: DataCipher, keys: &Arc<DataKeys>) -> (PacketBatch, CryptoJobs) 
 }
 
 fn seal_batch(c: &mut Criterion) {
-    let keys = Arc::new(DataKeys::new(&[7; 32], &[9; 32], true));
+    let keys = Arc::new(DataKeys::new(
+        &[7; 32],
+        &[9; 32],
+        Some(braid_core::cipher::AesLibrary::Ring),
+    ));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut group = c.benchmark_group("seal_batch_64x1420");
     group.throughput(Throughput::Bytes((PACKETS * PACKET) as u64));

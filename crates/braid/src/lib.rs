@@ -1,3 +1,4 @@
+pub mod aes_choice;
 pub mod background;
 pub mod cidr;
 pub mod config;

@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn parts_cover_every_job_once_and_seal_as_the_whole_does() {
-        let keys = Arc::new(DataKeys::new(&[1; 32], &[2; 32], false));
+        let keys = Arc::new(DataKeys::new(&[1; 32], &[2; 32], None));
         let (mut whole, mut whole_jobs) = batch_and_jobs(&keys);
         whole_jobs.seal(&mut whole);
         for parts in [1, 2, 3, 4, 7, 8, 50] {
@@ -345,8 +345,8 @@ mod tests {
 
     #[test]
     fn parts_open_and_record_each_outcome() {
-        let sender = Arc::new(DataKeys::new(&[1; 32], &[2; 32], false));
-        let receiver = Arc::new(DataKeys::new(&[2; 32], &[1; 32], false));
+        let sender = Arc::new(DataKeys::new(&[1; 32], &[2; 32], None));
+        let receiver = Arc::new(DataKeys::new(&[2; 32], &[1; 32], None));
         let (mut batch, mut jobs) = batch_and_jobs(&sender);
         jobs.seal(&mut batch);
         batch.packet_mut(4)[DATA_HEADER_LEN] ^= 1;

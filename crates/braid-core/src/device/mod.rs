@@ -190,6 +190,7 @@ impl Device {
             extensions: true,
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),
+            aes_library: crate::cipher::AesLibrary::Ring,
             rekey_after_time: crate::consts::REKEY_AFTER_TIME,
             compression: crate::compress::CompressionPolicy::Off,
             lz4: crate::compress::Lz4::new(),
@@ -262,14 +263,21 @@ impl Device {
         self.aes_hardware = present;
     }
 
-    /// Whether new sessions with `pid` offer AES-256-GCM. Never without
-    /// the extensions: a stock-WireGuard-mode device only speaks ChaCha.
-    pub(super) fn offers_aes(&self, pid: PeerId) -> bool {
+    /// Seals AES-256-GCM in sessions made from now on with `library`
+    /// (ring until told otherwise).
+    pub fn set_aes_library(&mut self, library: crate::cipher::AesLibrary) {
+        self.aes_library = library;
+    }
+
+    /// Whether new sessions with `pid` offer AES-256-GCM, and then with
+    /// which library they seal it. Never without the extensions: a
+    /// stock-WireGuard-mode device only speaks ChaCha.
+    pub(super) fn offers_aes(&self, pid: PeerId) -> Option<crate::cipher::AesLibrary> {
         let policy = self.peers[pid]
             .as_ref()
             .and_then(|p| p.cipher)
             .unwrap_or(self.cipher);
-        self.extensions && policy.offers_aes(self.aes_hardware)
+        (self.extensions && policy.offers_aes(self.aes_hardware)).then_some(self.aes_library)
     }
 
     /// Turns braid's extensions on (the default) or off.

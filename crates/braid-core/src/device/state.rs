@@ -170,6 +170,9 @@ pub struct Device {
     /// The interface's `Cipher =` and whether this CPU has AES instructions.
     pub(super) cipher: CipherPolicy,
     pub(super) aes_hardware: bool,
+    /// Which library new sessions seal AES-256-GCM with (the I/O layer
+    /// measures which is fastest here; the bytes are the same).
+    pub(super) aes_library: crate::cipher::AesLibrary,
     /// REKEY_AFTER_TIME, shortened only by fault tests (see
     /// [`Device::set_rekey_after_time_for_tests`]).
     pub(super) rekey_after_time: Duration,

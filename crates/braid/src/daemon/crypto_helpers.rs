@@ -343,8 +343,16 @@ mod tests {
 
     #[test]
     fn helpers_seal_and_open_as_the_owner_alone_does() {
-        let sending = Arc::new(DataKeys::new(&[1; 32], &[2; 32], true));
-        let receiving = Arc::new(DataKeys::new(&[2; 32], &[1; 32], true));
+        let sending = Arc::new(DataKeys::new(
+            &[1; 32],
+            &[2; 32],
+            Some(braid_core::cipher::AesLibrary::Ring),
+        ));
+        let receiving = Arc::new(DataKeys::new(
+            &[2; 32],
+            &[1; 32],
+            Some(braid_core::cipher::AesLibrary::Ring),
+        ));
         let parts = Arc::new(AtomicU64::new(0));
         let alone = CryptoHelpers::new(0, "test-alone", Arc::new(AtomicU64::new(0))).unwrap();
         let helped = CryptoHelpers::new(3, "test-helped", parts.clone()).unwrap();

@@ -226,6 +226,8 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     let mut device = Device::new(now, SystemTime::now(), seed);
     device.set_random_source(Box::new(os_random::OsRandom));
     device.set_mtu(mtu as usize);
+    device.set_aes_library(crate::aes_choice::choice().library);
+    crate::debug!(name, "{}", crate::aes_choice::text());
     // Test only (tests/e2e/faults.rs): many rekeys within a short transfer.
     if let Some(secs) = std::env::var("BRAID_TEST_REKEY_AFTER_SECS")
         .ok()

@@ -157,12 +157,13 @@ fn cipher(rates: &CipherRates) -> Check {
         Cipher::ChaCha20Poly1305 => Cipher::Aes256Gcm,
     };
     let finding = format!(
-        "fastest here {} at {} one core, {} at {} (seal, {RACE_SIZE} bytes, {} ms each); {auto}",
+        "fastest here {} at {} one core, {} at {} (seal, {RACE_SIZE} bytes, {} ms each); {auto}; {}",
         fastest.name(),
         mbs(rates.rate(fastest)),
         other.name(),
         mbs(rates.rate(other)),
-        RACE_TIME.as_millis()
+        RACE_TIME.as_millis(),
+        crate::aes_choice::text()
     );
     let auto_pick = bench_cipher(AesGcmInstructions::detect().auto_choice());
     if auto_pick != fastest && rates.ratio(fastest, auto_pick) > CLEARLY_FASTER {

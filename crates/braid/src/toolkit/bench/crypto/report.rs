@@ -111,7 +111,8 @@ impl Results {
         let fastest = self.fastest();
         let doc = json!({
             "unit": "bytes/s of plaintext",
-            "library": "ring",
+            "library": libraries_used(),
+            "aes_library": aes_choice_json(),
             "seconds_per_cell": self.seconds,
             "threads": self.threads,
             "sizes": SIZES,
@@ -125,6 +126,7 @@ impl Results {
                 "cipher": r.cipher.name(),
                 "id": r.cipher.id(),
                 "op": r.op.name(),
+                "library": r.cipher.library(),
                 "cores": if r.all_cores { "all" } else { "one" },
                 "threads": r.threads,
                 "bytes_per_sec": r.rates,
@@ -152,10 +154,12 @@ impl Results {
         let mut s = String::new();
         let _ = writeln!(
         s,
-        "braid bench crypto: ring, in place, 16-byte tag, WireGuard nonce; {} s per cell; {} cores",
+        "braid bench crypto: {}, in place, 16-byte tag, WireGuard nonce; {} s per cell; {} cores",
+        libraries_used(),
         self.seconds,
         self.threads
     );
+        let _ = writeln!(s, "{}", crate::aes_choice::text());
         let _ = writeln!(
             s,
             "CPU: {} ({}); {}",
@@ -264,4 +268,25 @@ impl Results {
         );
         s
     }
+}
+
+/// The libraries the data path seals with, ring first.
+fn libraries_used() -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for c in Cipher::ALL {
+        if !names.contains(&c.library()) {
+            names.push(c.library());
+        }
+    }
+    names.join(", ")
+}
+
+fn aes_choice_json() -> Value {
+    let choice = crate::aes_choice::choice();
+    json!({
+        "chosen": choice.library.name(),
+        "measured_mb_per_sec": choice.measured.iter()
+            .map(|(lib, mbs)| (lib.name().to_string(), json!(mbs)))
+            .collect::<serde_json::Map<String, Value>>(),
+    })
 }
