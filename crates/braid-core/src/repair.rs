@@ -101,11 +101,7 @@ impl SentCopies {
     /// (`lossy(path)` false: congestion, counted so). The budget is
     /// checked when the copy is sealed ([`take_for_resend`](Self::take_for_resend)).
     pub fn declines(&mut self, session: u32, counter: u64, lossy: impl Fn(usize) -> bool) -> bool {
-        let found = self
-            .slots
-            .get((counter % COPIES as u64) as usize)
-            .filter(|c| c.len > 0 && c.session == session && c.counter == counter);
-        match found {
+        match kept(&self.slots, session, counter) {
             None => {
                 self.unavailable = self.unavailable.saturating_add(1);
                 true
@@ -129,10 +125,7 @@ impl SentCopies {
         lossy: impl Fn(usize) -> bool,
     ) -> Option<&[u8]> {
         self.refill(now);
-        let found = self
-            .slots
-            .get((counter % COPIES as u64) as usize)
-            .filter(|c| c.len > 0 && c.session == session && c.counter == counter);
+        let found = kept(&self.slots, session, counter);
         if found.is_some_and(|c| !lossy(usize::from(c.path))) {
             self.congestion = self.congestion.saturating_add(1);
             return None;
@@ -162,6 +155,15 @@ impl SentCopies {
     pub fn allocated_bytes(&self) -> usize {
         self.slots.iter().map(|c| c.bytes.capacity()).sum()
     }
+}
+
+/// The kept copy of `counter` of `session` in `slots`, unless a later
+/// message took its slot. (A function of the slots alone, so callers may
+/// update the counters beside them while holding it.)
+fn kept(slots: &[Copy], session: u32, counter: u64) -> Option<&Copy> {
+    slots
+        .get((counter % COPIES as u64) as usize)
+        .filter(|c| c.len > 0 && c.session == session && c.counter == counter)
 }
 
 #[cfg(test)]
