@@ -159,9 +159,14 @@ pub const SLACK_FACTOR: u32 = 2;
 /// the inner TCP pays for in full. A real loss waits this much longer.
 pub const DEFAULT_PASS_WAIT: Duration = Duration::from_millis(1);
 
-/// Repair requests remembered so their packets do not count as lateness
-/// (and outstanding at once, at most).
+/// Repair requests outstanding at once, at most.
 const ASKED_LEN: usize = 8;
+
+/// Gaps asked for that are remembered so their repairs, which come late on
+/// purpose, are not taken for lateness (nor for a line's own reordering):
+/// more than are outstanding at once, since a repair may come after its
+/// gap was given up and others were asked for meanwhile.
+const ASKED_MEMORY: usize = 64;
 
 /// Held packets looked at per call for gaps to ask for together.
 const ASK_SCAN: usize = 64;
@@ -568,8 +573,11 @@ pub struct ReorderWindow {
     repair_requests: VecDeque<(u64, u64)>,
     /// The latest requests (`from..to`), whose packets come late on
     /// purpose when they come.
-    asked: [(u64, u64); ASKED_LEN],
+    asked: [(u64, u64); ASKED_MEMORY],
     asked_next: usize,
+    /// Above every `to` in `asked`: a counter at or above it was not asked
+    /// for (most packets; no need to look).
+    asked_top: u64,
     /// Latest time seen.
     now: Option<Instant>,
     counters: ReorderCounters,
@@ -607,8 +615,9 @@ impl ReorderWindow {
             // Allocated at the first repair asked for.
             repairs: VecDeque::new(),
             repair_requests: VecDeque::new(),
-            asked: [(0, 0); ASKED_LEN],
+            asked: [(0, 0); ASKED_MEMORY],
             asked_next: 0,
+            asked_top: 0,
             now: None,
             counters: ReorderCounters::default(),
             gaps: GapCounters::default(),
@@ -885,10 +894,16 @@ impl ReorderWindow {
         let next = *self.next.get_or_insert(counter);
         let outcome = if counter < next || self.exhausted {
             self.counters.under_window = self.counters.under_window.saturating_add(1);
+            // A packet that comes after its gap was given up says the hold
+            // was too short, unless it is a repair: asked for, it comes a
+            // round trip late on purpose (on the sender's best line, maybe
+            // behind a full queue), and the repair wait, not the hold,
+            // decided how long its gap waited.
             if let Some(gap) = self
                 .given_up
                 .iter()
                 .find(|g| g.from <= counter && counter < g.to)
+                .filter(|_| !self.was_asked(counter))
             {
                 let late = now.saturating_duration_since(gap.since);
                 self.lateness.sample(now, late);
@@ -1062,7 +1077,8 @@ impl ReorderWindow {
         self.given_up.clear();
         self.repairs.clear();
         self.repair_requests.clear();
-        self.asked = [(0, 0); ASKED_LEN];
+        self.asked = [(0, 0); ASKED_MEMORY];
+        self.asked_top = 0;
     }
 
     // --- internals -------------------------------------------------------
@@ -1272,9 +1288,11 @@ impl ReorderWindow {
 
     /// Whether `counter` was asked for again lately.
     fn was_asked(&self, counter: u64) -> bool {
-        self.asked
-            .iter()
-            .any(|&(from, to)| (from..to).contains(&counter))
+        counter < self.asked_top
+            && self
+                .asked
+                .iter()
+                .any(|&(from, to)| (from..to).contains(&counter))
     }
 
     /// When rule 3 gives up the head gap, if every live path has passed it
@@ -1390,7 +1408,8 @@ impl ReorderWindow {
                         self.repair_requests.push_back((from, to));
                     }
                     self.asked[self.asked_next] = (from, to);
-                    self.asked_next = (self.asked_next + 1) % ASKED_LEN;
+                    self.asked_next = (self.asked_next + 1) % ASKED_MEMORY;
+                    self.asked_top = self.asked_top.max(to);
                     self.counters.repairs_asked = self.counters.repairs_asked.saturating_add(1);
                 }
             }

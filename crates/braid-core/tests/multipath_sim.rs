@@ -553,3 +553,59 @@ fn congestion_drops_are_not_repaired_and_their_gaps_do_not_wait_for_repairs() {
     );
     assert_eq!(in_order(&got(&net, B)), None);
 }
+
+/// The `fall` row of `braid bench lines` (issue 19): 100 Mbit/s 10 ms and
+/// 25 Mbit/s 40 ms with 100 ms drop-tail queues, a stream line 1 almost
+/// carries alone; then line 1 falls to 10 Mbit/s (what its queue held
+/// leaves as planned) and the stream goes on at 30 Mbit/s, what both lines
+/// now carry. Line 1's full queue drops most of what comes, probes and
+/// echoes with it, so for about half a second the sender keeps planning
+/// with 100 Mbit/s and the receiver's window finds a gap every few
+/// packets. Each such gap must go once line 1 has passed it: the sender's
+/// word that line 2 did not carry it must not ride the full line alone
+/// (it did: 159 gaps waited the whole hold, about 180 ms each, 55 s of gap
+/// waits in all, where a TCP inside stalls for every one). Within a
+/// second the split follows: line 1 gets what it carries.
+#[test]
+fn gaps_after_a_line_falls_do_not_wait_the_hold() {
+    let mut net = net(Mode::Aggregate, capped(100.0, 10), capped(25.0, 40), 28);
+    establish(&mut net);
+    let next = load(&mut net, 0, 90.0, Duration::from_secs(2));
+    let before = net.peer_info(B).reorder_gaps;
+    net.link_mut(LINE1, B).set_rate(10_000_000).unwrap();
+    let fall = next;
+    let next = load(&mut net, next, 30.0, Duration::from_secs(1));
+    let mark = net.capture.len();
+    let settled = next;
+    let end = load(&mut net, next, 30.0, Duration::from_secs(2));
+    net.run_for(Duration::from_secs(1));
+    let b = net.peer_info(B);
+    let g = b.reorder_gaps;
+    let (by_hold, by_paths) = (g.by_hold - before.by_hold, g.by_paths - before.by_paths);
+    let gaps = by_hold + by_paths + g.by_bounds - before.by_bounds;
+    let wait = Duration::from_micros(g.wait_us - before.wait_us);
+    let (l1, l2) = (data_on_line(&net, 1, mark), data_on_line(&net, 2, mark));
+    eprintln!(
+        "after the fall: {gaps} gaps ({by_hold} by the hold, {by_paths} by the lines), \
+         waited {wait:?} in all; {} of {} arrived; then line 1 {l1}, line 2 {l2}",
+        arrived(&net, fall, end),
+        end - fall
+    );
+    assert_eq!(by_hold, 0, "gaps after the fall waited the hold");
+    assert!(
+        wait < Duration::from_millis(20) * gaps as u32,
+        "{gaps} gaps waited {wait:?} in all"
+    );
+    // 10 Mbit/s for 2 s is about 2400 of these packets (1060 bytes on
+    // the wire).
+    assert!(
+        l1 < 2600,
+        "line 1 still got {l1} packets a second after it fell"
+    );
+    let delivered = arrived(&net, settled, end) as f64 / f64::from(end - settled);
+    assert!(
+        delivered > 0.99,
+        "delivered {delivered:.3} of 30 Mbit/s over 10 + 25"
+    );
+    assert_eq!(in_order(&got(&net, B)), None);
+}

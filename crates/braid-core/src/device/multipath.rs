@@ -19,6 +19,9 @@ const HELLO_ATTEMPTS: u8 = 10;
 /// counters went where, while data flows (about 100 bytes a time; every
 /// probe interval as well while anything was sent since the last).
 const SENT_REPORT_INTERVAL: Duration = Duration::from_millis(10);
+/// A line whose reports (probe echoes, 20 a second) stopped for this long
+/// is full or dying: `Sent` reports then go on the other lines as well.
+const SENT_QUIET: Duration = PROBE_INTERVAL.saturating_mul(2);
 
 /// Whether `p` gets `Sent` reports: a braid peer whose packets take one of
 /// several lines (in redundant mode every line carries everything).
@@ -82,9 +85,11 @@ impl Device {
     }
 
     /// Tells the peer which of the current session's counters went on
-    /// which path (`ExtMessage::Sent`), on the line where it arrives first,
-    /// so its reorder window gives up a gap that no other line carried
-    /// without waiting for a line that carries nothing.
+    /// which path (`ExtMessage::Sent`), on the line where it arrives first
+    /// and on the other up lines within the scheduler's reach, so its
+    /// reorder window gives up a gap that no other line carried without
+    /// waiting for a line that carries nothing. (The peer keeps the newest
+    /// word per path: the later copies change nothing.)
     pub(super) fn report_sent(&mut self, now: Instant, pid: PeerId) {
         let Some(p) = self.peers[pid].as_mut() else {
             return;
@@ -108,13 +113,38 @@ impl Device {
             *behind = u32::try_from(missed).unwrap_or(u32::MAX);
         }
         let at = path::earliest_small(&p.paths, now).unwrap_or_else(|| p.quickest_path());
-        let Some(to) = p.paths.get(at) else {
+        if at >= p.paths.len() {
             return;
-        };
-        let (line, remote) = (to.line, to.remote);
+        }
+        // Also on every other up line within the scheduler's reach while
+        // that line's reports have stopped: its capacity fell and its full
+        // queue drops most of what comes (probes too), and holds the rest
+        // up to its length. The word that the other lines did not carry
+        // the gaps it leaves would come late or never, and each gap would
+        // wait the hold.
+        let quiet = p.paths[at].outbound.is_quiet(now, SENT_QUIET);
+        let quickest = p
+            .paths
+            .iter()
+            .filter(|q| q.is_up())
+            .filter_map(|q| q.outbound.propagation_us())
+            .min();
+        let reach = i64::try_from(path::MAX_BACKLOG.as_micros()).unwrap_or(i64::MAX);
+        let mut to = [None; MAX_PATHS];
+        for (i, (slot, q)) in to.iter_mut().zip(&p.paths).enumerate() {
+            let near = match (q.outbound.propagation_us(), quickest) {
+                (Some(d), Some(m)) => d.saturating_sub(m) <= reach,
+                _ => false,
+            };
+            if i == at || (quiet && q.is_up() && near) {
+                *slot = Some((q.line, q.remote));
+            }
+        }
         p.sent_report_at = Some(now);
         p.sent_since_report = false;
-        self.queue_ext(now, pid, line, remote, ExtMessage::Sent(body));
+        for (line, remote) in to.into_iter().flatten() {
+            self.queue_ext(now, pid, line, remote, ExtMessage::Sent(body));
+        }
     }
 
     pub(super) fn mono_us(&self, now: Instant) -> u64 {

@@ -328,6 +328,14 @@ impl Outbound {
         self.propagation.get()
     }
 
+    /// Whether the peer's reports on this line have stopped for more than
+    /// `after` (a full queue drops the probes with the rest, a dying line
+    /// carries nothing). False until a report came.
+    pub fn is_quiet(&self, now: Instant, after: Duration) -> bool {
+        self.reported_at
+            .is_some_and(|t| now.saturating_duration_since(t) > after)
+    }
+
     /// Sets the estimate as reports would have (tests of the scheduler).
     #[cfg(test)]
     pub(crate) fn set_estimate(&mut self, now: Instant, rate: f64, propagation_us: i64) {
