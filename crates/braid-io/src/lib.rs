@@ -16,6 +16,7 @@
 pub mod netcfg;
 pub mod offload;
 pub mod poll;
+mod sched;
 mod sockaddr;
 mod sys;
 pub mod tcp;
@@ -24,7 +25,11 @@ pub mod udp;
 pub mod wake;
 
 pub use poll::{wait, Interest, Readiness};
-pub use sys::{advise_huge_pages, kernel_int, realtime_this_thread, setsockopt_int, timespec_of};
+pub use sched::{
+    allow_realtime, realtime_data_plane_thread, realtime_this_thread, this_thread_policy,
+    MAX_REALTIME_PRIORITY,
+};
+pub use sys::{advise_huge_pages, kernel_int, setsockopt_int, timespec_of};
 pub use tcp::TcpLine;
 pub use tun::{is_removed_error, LinkState, Offload, OffloadStats, Tun, TunRead};
 pub use udp::UdpSocket;

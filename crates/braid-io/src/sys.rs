@@ -92,24 +92,6 @@ pub fn timespec_of(d: std::time::Duration) -> libc::timespec {
     ts
 }
 
-/// Puts the calling thread in the real-time class `policy` (`SCHED_FIFO`
-/// or `SCHED_RR`) at `priority`; threads and processes it starts later
-/// inherit it. Through `pthread_setschedparam`, not `sched_setscheduler`:
-/// on Linux both act on the one thread, but musl's `sched_setscheduler`
-/// always fails with ENOSYS (POSIX means it for the whole process).
-pub fn realtime_this_thread(policy: libc::c_int, priority: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: all-zero sched_param is valid (musl's has more fields than
-    // the priority, so no struct literal).
-    let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    param.sched_priority = priority;
-    // SAFETY: this thread's own handle and a live sched_param.
-    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &param) };
-    match rc {
-        0 => Ok(()),
-        e => Err(std::io::Error::from_raw_os_error(e)),
-    }
-}
-
 /// The text of a NUL-terminated `c_char` array such as `ifr_name`; a
 /// `c_char` is signed on x86 and unsigned on ARM, a byte either way.
 pub(crate) fn c_chars_to_string(chars: &[libc::c_char]) -> String {

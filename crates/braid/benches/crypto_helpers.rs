@@ -43,7 +43,7 @@ fn seal_batch(c: &mut Criterion) {
     group.throughput(Throughput::Bytes((PACKETS * PACKET) as u64));
     for cipher in [DataCipher::ChaCha20Poly1305, DataCipher::Aes256Gcm] {
         for n in 0..cores.clamp(2, MAX_HELPERS + 1) {
-            let helpers = CryptoHelpers::new(n, "bench-seal", Arc::new(AtomicU64::new(0)))
+            let helpers = CryptoHelpers::new(n, "bench-seal", Arc::new(AtomicU64::new(0)), None)
                 .expect("start helper threads");
             let (mut batch, mut jobs) = batch(cipher, &keys);
             let id = BenchmarkId::new(cipher.name(), format!("{n} helpers"));

@@ -67,6 +67,9 @@ pub struct InterfaceConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// braid: `LogLevel =`; `None` is info.
     pub log_level: Option<crate::log::Level>,
+    /// braid: `RealtimePriority =`, the `SCHED_RR` priority of the data
+    /// plane's threads; `None` (absent or `off`) is the normal class.
+    pub realtime_priority: Option<u8>,
 }
 
 /// braid's `MssFix =`: the largest MSS a TCP SYN or SYN-ACK crossing the
@@ -419,6 +422,7 @@ struct InterfaceBuilder {
     compression: Slot<CompressionPolicy>,
     metrics_listen: Slot<Option<SocketAddr>>,
     log_level: Slot<crate::log::Level>,
+    realtime_priority: Slot<Option<u8>>,
 }
 
 #[derive(Default)]
@@ -517,6 +521,12 @@ impl InterfaceBuilder {
             "failclosed" => set_once(&mut self.fail_closed, "FailClosed", parse_bool(value), line),
             "cipher" => set_once(&mut self.cipher, "Cipher", parse_cipher(value), line),
             "mssfix" => set_once(&mut self.mss_fix, "MssFix", parse_mss_fix(value), line),
+            "realtimepriority" => set_once(
+                &mut self.realtime_priority,
+                "RealtimePriority",
+                parse_realtime_priority(value),
+                line,
+            ),
             "compression" => set_once(
                 &mut self.compression,
                 "Compression",
@@ -796,6 +806,7 @@ impl Parser<'_> {
                 compression: iface.compression.map(|v| v.0).unwrap_or_default(),
                 metrics_listen: iface.metrics_listen.and_then(|v| v.0),
                 log_level: iface.log_level.map(|v| v.0),
+                realtime_priority: iface.realtime_priority.and_then(|v| v.0),
             },
             peers,
         })
@@ -859,6 +870,17 @@ fn parse_mss_fix(s: &str) -> Result<MssFix, String> {
             .map(|v| MssFix::Fixed(v as u16))
             .ok_or_else(|| format!("invalid MSS {s:?} (expected auto, off or 536-65495)")),
     }
+}
+
+fn parse_realtime_priority(s: &str) -> Result<Option<u8>, String> {
+    let max = braid_io::MAX_REALTIME_PRIORITY;
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    parse_decimal(s)
+        .filter(|v| (1..=u64::from(max)).contains(v))
+        .map(|v| Some(v as u8))
+        .ok_or_else(|| format!("invalid priority {s:?} (expected off or 1-{max})"))
 }
 
 fn parse_table(s: &str) -> Result<Table, String> {

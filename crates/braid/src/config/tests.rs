@@ -175,6 +175,10 @@ fn good_configs() {
         ("[Interface]\nPrivateKey={SK}\nMssFix = 1000", |c| c.interface.mss_fix == MssFix::Fixed(1000)),
         ("[Interface]\nPrivateKey={SK}\nMssFix = 536", |c| c.interface.mss_fix == MssFix::Fixed(536)),
         ("[Interface]\nPrivateKey={SK}\nMssFix = 65495", |c| c.interface.mss_fix == MssFix::Fixed(65495)),
+        ("[Interface]\nPrivateKey={SK}", |c| c.interface.realtime_priority.is_none()),
+        ("[Interface]\nPrivateKey={SK}\nRealtimePriority = 20", |c| c.interface.realtime_priority == Some(20)),
+        ("[Interface]\nPrivateKey={SK}\nrealtimepriority=99", |c| c.interface.realtime_priority == Some(99)),
+        ("[Interface]\nPrivateKey={SK}\nRealtimePriority = OFF", |c| c.interface.realtime_priority.is_none()),
         ("[Interface]\nPrivateKey={SK}\nListenPort=0\nSaveConfig=false\nMTU=65535", |c| {
             c.interface.listen_port == Some(0) && c.interface.mtu == Some(65535)
         }),
@@ -236,6 +240,10 @@ fn bad_configs() {
         ("[Interface]\nPrivateKey={SK}\nMssFix = on", Some(3), Some("MssFix"), "expected auto, off or 536-65495"),
         ("[Interface]\nPrivateKey={SK}\nMssFix = -1", Some(3), Some("MssFix"), "invalid MSS"),
         ("[Interface]\nPrivateKey={SK}\nMssFix = off\nMssFix = 1000", Some(4), Some("MssFix"), "duplicate key (already set on line 3)"),
+        ("[Interface]\nPrivateKey={SK}\nRealtimePriority = 0", Some(3), Some("RealtimePriority"), "invalid priority \"0\" (expected off or 1-99)"),
+        ("[Interface]\nPrivateKey={SK}\nRealtimePriority = 100", Some(3), Some("RealtimePriority"), "invalid priority \"100\""),
+        ("[Interface]\nPrivateKey={SK}\nRealtimePriority = rr", Some(3), Some("RealtimePriority"), "expected off or 1-99"),
+        ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRealtimePriority = 20", Some(5), Some("RealtimePriority"), "unknown key in [Peer]"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMssFix = 1000", Some(5), Some("MssFix"), "unknown key in [Peer]"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nCipher = aes\n", Some(5), Some("Cipher"), "unknown cipher \"aes\""),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nReorderHold = 5", Some(5), Some("ReorderHold"), "needs a unit"),

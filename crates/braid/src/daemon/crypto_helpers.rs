@@ -109,6 +109,7 @@ impl CryptoHelpers {
         n: usize,
         name: &str,
         parts_handed_out: Arc<AtomicU64>,
+        realtime: Option<&super::realtime::Realtime>,
     ) -> std::io::Result<CryptoHelpers> {
         let pool = Arc::new(Pool {
             state: Mutex::new(State::default()),
@@ -124,9 +125,16 @@ impl CryptoHelpers {
         };
         for slot in 0..n.min(MAX_HELPERS) {
             let pool = pool.clone();
+            let thread_name = format!("{name}-{slot}");
+            let realtime = realtime.cloned();
             let thread = std::thread::Builder::new()
-                .name(format!("{name}-{slot}"))
-                .spawn(move || pool.serve(slot))?;
+                .name(thread_name.clone())
+                .spawn(move || {
+                    if let Some(r) = realtime {
+                        r.join(&thread_name);
+                    }
+                    pool.serve(slot)
+                })?;
             helpers.threads.push(thread);
         }
         Ok(helpers)
@@ -354,8 +362,8 @@ mod tests {
             Some(braid_core::cipher::AesLibrary::Ring),
         ));
         let parts = Arc::new(AtomicU64::new(0));
-        let alone = CryptoHelpers::new(0, "test-alone", Arc::new(AtomicU64::new(0))).unwrap();
-        let helped = CryptoHelpers::new(3, "test-helped", parts.clone()).unwrap();
+        let alone = CryptoHelpers::new(0, "test-alone", Arc::new(AtomicU64::new(0)), None).unwrap();
+        let helped = CryptoHelpers::new(3, "test-helped", parts.clone(), None).unwrap();
         for round in 0..60 {
             let n = 1 + round % 64;
             let cipher = if round % 2 == 0 {

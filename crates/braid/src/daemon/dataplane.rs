@@ -76,6 +76,7 @@ use super::batch::{data_plane_batch, fit, stride_for};
 use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
 use super::pmtu::{self, PathMtu};
+use super::realtime::Realtime;
 use super::tcp_lines;
 use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
@@ -124,6 +125,8 @@ pub struct Shared {
     outbound_waker: Waker,
     /// Crypto helper threads per direction (see [`CryptoHelpers`]).
     pub crypto_helpers: usize,
+    /// `RealtimePriority =`, for the outbound thread to join.
+    pub realtime: Option<Realtime>,
     /// The cores handshake initiations are answered on (see
     /// `answer_initiations`).
     pub cores: usize,
@@ -154,12 +157,13 @@ impl Scratch {
         helpers: usize,
         name: &str,
         parts_handed_out: Arc<AtomicU64>,
+        realtime: Option<&Realtime>,
     ) -> std::io::Result<Scratch> {
         Ok(Scratch {
             batch: data_plane_batch(stride),
             control: data_plane_batch(stride),
             jobs: CryptoJobs::new(),
-            helpers: CryptoHelpers::new(helpers, name, parts_handed_out)?,
+            helpers: CryptoHelpers::new(helpers, name, parts_handed_out, realtime)?,
         })
     }
 }
@@ -171,6 +175,8 @@ pub struct Settings {
     pub mss_fix: MssFix,
     /// Crypto helper threads per direction.
     pub crypto_helpers: usize,
+    /// `RealtimePriority =`, which the outbound thread and the helpers join.
+    pub realtime: Option<Realtime>,
 }
 
 impl Shared {
@@ -186,6 +192,7 @@ impl Shared {
             mtu,
             mss_fix,
             crypto_helpers: helpers,
+            realtime,
         } = settings;
         let helper_parts = Arc::new(AtomicU64::new(0));
         let stride = stride_for(mtu as usize);
@@ -206,14 +213,17 @@ impl Shared {
                 helpers,
                 "braid-seal",
                 helper_parts.clone(),
+                realtime.as_ref(),
             )?),
             receiver: Mutex::new(Scratch::new(
                 stride,
                 helpers,
                 "braid-open",
                 helper_parts.clone(),
+                realtime.as_ref(),
             )?),
             crypto_helpers: helpers,
+            realtime,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             helper_parts,
             outbound_watches_tun: AtomicBool::new(false),

@@ -26,6 +26,7 @@ pub mod lines;
 mod os_random;
 mod pmtu;
 pub mod privilege;
+mod realtime;
 mod reload;
 pub mod requests;
 pub mod routes;
@@ -137,6 +138,13 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
         "up, listening on UDP port {}",
         daemon.state.listen_port
     );
+    if let Some(r) = &daemon.shared.realtime {
+        crate::info!(
+            name,
+            "data plane in the real-time class (SCHED_RR, priority {})",
+            r.priority
+        );
+    }
     if daemon.shared.crypto_helpers > 0 {
         crate::info!(
             name,
@@ -192,6 +200,20 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     let set = req.config.as_ref().map(config_to_set).transpose()?;
     let crypto_helpers = crypto_helpers::helpers_per_direction()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let realtime = req
+        .config
+        .as_ref()
+        .and_then(|c| c.interface.realtime_priority)
+        .map(|priority| realtime::Realtime {
+            interface: name.clone(),
+            priority,
+        });
+    // Before anything changes, and while the privileges to raise
+    // RLIMIT_RTPRIO are still there.
+    let keep_sys_nice = match &realtime {
+        Some(r) => realtime::enter_at_start(r.priority)?,
+        None => false,
+    };
     let drop_to = match &req.privileges {
         privilege::Privileges::DropTo(user) => Some((user, privilege::lookup_user(user)?)),
         privilege::Privileges::Keep => None,
@@ -295,14 +317,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         }
     }
     if let (Some((user, target)), Some(g)) = (drop_to, guardian.as_mut()) {
-        privilege::drop_to(target)?;
+        privilege::drop_to(target, keep_sys_nice)?;
         g.up()?;
-        let kept: Vec<&str> = privilege::KEPT_CAPABILITIES.iter().map(|c| c.1).collect();
-        crate::info!(
-            name,
-            "running as user {user}, keeping {}",
-            kept.join(" and ")
-        );
+        let kept = match privilege::kept_names(keep_sys_nice).split_last() {
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => "no capability".to_string(),
+        };
+        crate::info!(name, "running as user {user}, keeping {kept}");
     }
     // Every thread starts from here on, after the drop: each inherits the
     // reduced capabilities, bounding set and no-new-privs of this one.
@@ -333,6 +355,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
                 mtu,
                 mss_fix,
                 crypto_helpers,
+                realtime,
             },
         )?),
         state,
@@ -428,7 +451,12 @@ impl Daemon {
         let shared = self.shared.clone();
         let outbound = std::thread::Builder::new()
             .name("braid-outbound".into())
-            .spawn(move || dataplane::run_outbound(shared))?;
+            .spawn(move || {
+                if let Some(r) = &shared.realtime {
+                    r.join("braid-outbound");
+                }
+                dataplane::run_outbound(shared)
+            })?;
         let result = self.main_loop();
         self.shared.request_stop();
         let outbound = outbound

@@ -19,6 +19,13 @@ pub const CREATE_USER: &str = "useradd --system --no-create-home --shell /usr/sb
 // Capability numbers from <linux/capability.h>.
 const CAP_NET_BIND_SERVICE: u32 = 10;
 const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_NICE: u32 = 23;
+
+/// Kept besides [`KEPT_CAPABILITIES`] when `RealtimePriority =` is set and
+/// the process's RLIMIT_RTPRIO could not be raised (no CAP_SYS_RESOURCE,
+/// as in many containers): the data-plane threads started after the drop
+/// need it to enter the real-time class. Effective and permitted only.
+pub const REALTIME_CAPABILITY: (u32, &str) = (CAP_SYS_NICE, "CAP_SYS_NICE");
 
 /// What the daemon still does after the drop, and the capability each needs:
 /// - CAP_NET_ADMIN: `fwmark` set over the UAPI (SO_MARK), the forced receive
@@ -44,6 +51,15 @@ pub const AMBIENT_MASK: u64 = 1 << CAP_NET_ADMIN;
 /// The kept capabilities as the bit mask `/proc/PID/status` shows (CapEff).
 pub fn kept_mask() -> u64 {
     KEPT_CAPABILITIES.iter().fold(0, |m, (c, _)| m | 1 << c)
+}
+
+/// The names of what [`drop_to`] keeps, for the log.
+pub fn kept_names(realtime: bool) -> Vec<&'static str> {
+    let mut names: Vec<&str> = KEPT_CAPABILITIES.iter().map(|c| c.1).collect();
+    if realtime {
+        names.push(REALTIME_CAPABILITY.1);
+    }
+    names
 }
 
 /// Whether, and to whom, the daemon gives up root.
@@ -170,8 +186,8 @@ fn last_capability() -> u32 {
         .unwrap_or(40)
 }
 
-/// Becomes `target` for good, keeping only [`KEPT_CAPABILITIES`] (effective
-/// and permitted; CAP_NET_ADMIN also inheritable and ambient for the `ip`
+/// Becomes `target` for good, keeping only [`KEPT_CAPABILITIES`], and
+/// [`REALTIME_CAPABILITY`] if `realtime` (effective and permitted; CAP_NET_ADMIN also inheritable and ambient for the `ip`
 /// commands netcfg runs; nothing regainable: the bounding set loses the
 /// rest and no-new-privs is set).
 ///
@@ -182,8 +198,13 @@ fn last_capability() -> u32 {
 /// [`crate::threads`]): qemu passes the guest's setuid on as the per-thread
 /// system call, so that thread stays root. qemu-user is for tests; the
 /// guest shares its address space with the emulator anyway.
-pub fn drop_to(target: Target) -> io::Result<()> {
-    let kept = kept_mask();
+pub fn drop_to(target: Target, realtime: bool) -> io::Result<()> {
+    let kept = kept_mask()
+        | if realtime {
+            1 << REALTIME_CAPABILITY.0
+        } else {
+            0
+        };
     for cap in 0..=last_capability() {
         if kept & (1 << cap) == 0 {
             // SAFETY: prctl with integer arguments only.

@@ -454,6 +454,10 @@ pub fn restart_notes(old: &Config, new: &Config) -> Vec<String> {
         ("SaveConfig", o.save_config != n.save_config),
         ("FailClosed", o.fail_closed != n.fail_closed),
         ("MssFix", o.mss_fix != n.mss_fix),
+        (
+            "RealtimePriority",
+            o.realtime_priority != n.realtime_priority,
+        ),
         ("MetricsListen", o.metrics_listen != n.metrics_listen),
     ];
     let mut notes: Vec<String> = changed

@@ -52,6 +52,7 @@ mod plots;
 mod pmtu;
 mod privilege;
 mod rate_limit;
+mod realtime;
 mod reload;
 mod resource_bounds;
 mod roaming;

@@ -32,7 +32,7 @@ pub const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
                           [--seconds N] [--rounds R] [--netem \"FLAGS\"]
                           [--paths 1|2] [--transport udp|tcp] [--loss PCT]
-                          [--cc cubic|bbr|...] [--quick] [--json] [--label TEXT] [--plot FILE.svg]
+                          [--cc cubic|bbr|...] [--vpn-realtime N] [--quick] [--json] [--label TEXT] [--plot FILE.svg]
 
 Measures one VPN between two network namespaces joined by veth: iperf3 one
 TCP stream, four streams and one reverse stream (Gbit/s), ICMP echo every
@@ -62,6 +62,10 @@ table (or --json) on stdout.
   --cc NAME         the inner TCP's congestion control in every transfer
                     (iperf3 -C NAME, e.g. cubic or bbr; default: the
                     kernel's, cubic)
+  --vpn-realtime N  the VPN's threads at real-time priority N (SCHED_RR,
+                    1-99): braid by `RealtimePriority = N`, the others
+                    started under `chrt -r N`; iperf3 and ping stay in
+                    the normal class (unlike `chrt -r N braid bench ...`)
   --quick           short runs, for tests
   --json            one JSON object: per-round numbers, medians, min, max
   --label TEXT      the case's name in the progress line and the output
@@ -84,6 +88,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         transport_tcp: false,
         loss: None,
         cc: None,
+        vpn_realtime: None,
         quick: false,
         json: false,
         label: None,
@@ -113,12 +118,16 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             }
             "--loss" => o.loss = Some(underlay_loss::parse(&args.value(a)?)?),
             "--cc" => o.cc = Some(parse_cc(&args.value(a)?)?),
+            "--vpn-realtime" => o.vpn_realtime = Some(args.number(a, 1..=99)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
     o.vpn.check_cipher(o.cipher)?;
     if o.netem.is_some() && o.vpn == VpnKind::None {
         return Err("--netem impairs the tunnel's UDP underlay; --vpn none has no tunnel".into());
+    }
+    if o.vpn_realtime.is_some() && o.vpn == VpnKind::None {
+        return Err("--vpn-realtime needs a VPN; --vpn none has no tunnel".into());
     }
     if o.paths > 1 && o.vpn != VpnKind::Braid {
         return Err("--paths 2 needs --vpn braid (the others have one line)".into());

@@ -25,6 +25,8 @@ pub(super) struct Opts {
     /// `--cc NAME`: iperf3's TCP congestion control (`-C`) in every
     /// transfer; None: the namespace's default (cubic).
     pub(super) cc: Option<String>,
+    /// `--vpn-realtime N`: the VPN's threads at SCHED_RR N.
+    pub(super) vpn_realtime: Option<u8>,
     pub(super) quick: bool,
     pub(super) json: bool,
     pub(super) label: Option<String>,

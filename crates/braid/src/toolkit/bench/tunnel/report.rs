@@ -44,13 +44,16 @@ impl Report {
             None => "veth".into(),
         };
         println!(
-            "braid bench tunnel: {} ({}), cipher {}, {underlay}, {} round(s) × {} s per iperf3 run, TCP {}",
+            "braid bench tunnel: {} ({}), cipher {}, {underlay}, {} round(s) × {} s per iperf3 run, TCP {}{}",
             self.label,
             self.version,
             o.cipher.name(),
             o.rounds,
             o.seconds,
-            o.cc.as_deref().unwrap_or("default congestion control")
+            o.cc.as_deref().unwrap_or("default congestion control"),
+            o.vpn_realtime
+                .map(|p| format!(", VPN at SCHED_RR {p}"))
+                .unwrap_or_default()
         );
         println!(
             "{:<24}{:>10}{:>10}{:>10}{:>10}",
@@ -113,6 +116,7 @@ impl Report {
             "vpn_version": self.version,
             "cipher": o.cipher.name(),
             "cc": o.cc,
+            "vpn_realtime_priority": o.vpn_realtime,
             "netem": self.netem,
             "seconds": o.seconds,
             "rounds": o.rounds,

@@ -147,6 +147,7 @@ pub(super) fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report
         endpoint_host: UNDERLAY_B.into(),
         endpoint_port,
         transport_tcp: o.transport_tcp,
+        realtime_priority: o.vpn_realtime,
         redundant_lines: second_line.map(|(veth1, veth2)| {
             [
                 (veth1, UNDERLAY_B.to_string()),

@@ -206,6 +206,9 @@ pub struct Net {
     pub redundant_lines: Option<[(String, String); 2]>,
     /// braid `--transport tcp`: both peers get `Transport = tcp`.
     pub transport_tcp: bool,
+    /// `--vpn-realtime N`: braid's `RealtimePriority = N`, `chrt -r N` for
+    /// the others.
+    pub realtime_priority: Option<u8>,
 }
 
 /// A tunnel that is up: where to send traffic and whom to charge for it.
@@ -293,13 +296,17 @@ fn braid(lab: &mut Lab, cipher: Cipher, net: &Net) -> LabResult<Tunnel> {
     } else {
         ""
     };
+    let realtime_line = net
+        .realtime_priority
+        .map(|p| format!("RealtimePriority = {p}\n"))
+        .unwrap_or_default();
     let conf_a = format!(
-        "[Interface]\nPrivateKey = {key_a}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}\n\
+        "[Interface]\nPrivateKey = {key_a}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}{realtime_line}\n\
          [Peer]\nPublicKey = {pub_b}\nAllowedIPs = {}/32\n{peer_route}{transport}",
         net.tunnel_a, net.tunnel_b
     );
     let conf_b = format!(
-        "[Interface]\nPrivateKey = {key_b}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}\n\
+        "[Interface]\nPrivateKey = {key_b}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}{realtime_line}\n\
          [Peer]\nPublicKey = {pub_a}\nAllowedIPs = {}/32\n{transport}",
         net.tunnel_b, net.tunnel_a
     );
@@ -350,6 +357,20 @@ fn wait_for_socket(lab: &mut Lab, id: ChildId, path: &Path, log: &str) -> LabRes
 /// wireguard-go or boringtun: a foreground process per namespace that
 /// creates the TUN device and serves `/var/run/wireguard/NAME.sock`, then
 /// `wg setconf` and `ip` as wg-quick would do.
+/// `program` in `ns`, under `chrt -r PRIORITY` when asked: every thread it
+/// starts inherits the class (as `RealtimePriority` does for braid's
+/// data plane).
+fn realtime_cmd(lab: &Lab, ns: &str, program: &str, priority: Option<u8>) -> Command {
+    match priority {
+        None => lab.cmd_in(ns, program),
+        Some(p) => {
+            let mut cmd = lab.cmd_in(ns, "chrt");
+            cmd.args(["-r", &p.to_string(), program]);
+            cmd
+        }
+    }
+}
+
 fn wg_userspace(lab: &mut Lab, program: &str, flags: &[&str], net: &Net) -> LabResult<Tunnel> {
     let ((key_a, pub_a), (key_b, pub_b)) = (lab::keypair(), lab::keypair());
     let sides = [
@@ -376,7 +397,7 @@ fn wg_userspace(lab: &mut Lab, program: &str, flags: &[&str], net: &Net) -> LabR
     for (side, ns, addr, key, peer, allowed, endpoint) in sides {
         let ifname = lab.name(side);
         let log = format!("vpn-{side}.log");
-        let mut cmd = lab.cmd_in(ns, program);
+        let mut cmd = realtime_cmd(lab, ns, program, net.realtime_priority);
         cmd.args(flags).arg(&ifname);
         let id = lab.spawn(cmd, &log)?;
         let socket = uapi::socket_path(&ifname);
@@ -494,7 +515,7 @@ fn openvpn(lab: &mut Lab, cipher: Cipher, cipher_none: bool, net: &Net) -> LabRe
             (&net.ns_a, &net.tunnel_a, &net.tunnel_b)
         };
         let who = if server { "server" } else { "client" };
-        let mut cmd = lab.cmd_in(ns, "openvpn");
+        let mut cmd = realtime_cmd(lab, ns, "openvpn", net.realtime_priority);
         cmd.args([
             "--dev",
             &lab.name(side),
