@@ -21,7 +21,8 @@ pub fn enter_at_start(priority: u8) -> std::io::Result<bool> {
             format!(
                 "RealtimePriority = {priority}: the kernel refused the real-time class \
                  SCHED_RR ({e}); it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least \
-                 {priority} (LimitRTPRIO= in a systemd unit)"
+                 {priority} (for braid@.service, a drop-in with RestrictRealtime=no and \
+                 LimitRTPRIO={priority})"
             ),
         )
     })?;
