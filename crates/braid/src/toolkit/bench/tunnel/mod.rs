@@ -181,3 +181,28 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn vpn_realtime_takes_a_real_time_priority_and_needs_a_vpn() {
+        let o = parse(&args("--vpn-realtime 20")).unwrap().unwrap();
+        assert_eq!(o.vpn_realtime, Some(20));
+        assert_eq!(parse(&args("")).unwrap().unwrap().vpn_realtime, None);
+        for bad in [
+            "--vpn-realtime 0",
+            "--vpn-realtime 100",
+            "--vpn-realtime rr",
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad}");
+        }
+        let none = parse(&args("--vpn none --vpn-realtime 20")).err().unwrap();
+        assert!(none.contains("--vpn-realtime needs a VPN"), "{none}");
+    }
+}
