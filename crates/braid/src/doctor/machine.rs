@@ -60,6 +60,7 @@ pub fn checks() -> (Vec<Check>, CipherRates) {
     v.push(tun_offload());
     v.extend(udp_offload());
     v.push(kernel());
+    v.push(realtime());
     (v, rates)
 }
 
@@ -234,6 +235,32 @@ fn socket_buffer(key: &str, dir: &str, value: Option<u64>, root: bool) -> Check 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether `RealtimePriority =` could be used by a daemon started like
+/// this one: tried in a throwaway thread, which then ends (nothing
+/// inherits it). Never a warning: the key is off by default.
+fn realtime() -> Check {
+    let probe = std::thread::spawn(|| {
+        let limit_raised = braid_io::allow_realtime(1).is_ok();
+        braid_io::realtime_data_plane_thread(1).map(|()| limit_raised)
+    })
+    .join();
+    let throttle = read_sysctl("/proc/sys/kernel/sched_rt_runtime_us")
+        .map(|us| {
+            format!(
+                "; the kernel's real-time throttle leaves normal tasks {} % of each second",
+                100 - (us / 10_000).min(100)
+            )
+        })
+        .unwrap_or_default();
+    let finding = match probe {
+        Ok(Ok(true)) => format!("RealtimePriority = N can be used (the real-time class is allowed; RLIMIT_RTPRIO can be raised){throttle}"),
+        Ok(Ok(false)) => format!("RealtimePriority = N can be used (CAP_SYS_NICE: braid keeps it after the privilege drop for the data plane's threads){throttle}"),
+        Ok(Err(e)) => format!("RealtimePriority cannot be used as braid runs now: the kernel refuses SCHED_RR ({e}); it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO"),
+        Err(_) => "RealtimePriority: the probe thread panicked".to_string(),
+    };
+    Check::ok("realtime", finding)
 }
 
 fn tun_offload() -> Check {

@@ -62,6 +62,7 @@ fn machine_checks() {
         "udp gso",
         "udp gro",
         "kernel",
+        "realtime",
     ] {
         assert_eq!(
             lines_for(&out.stdout, check).len(),
