@@ -664,6 +664,13 @@ impl Daemon {
             ("too_big_suppressed", self.shared.path_mtu.answer_counts().1),
             ("crypto_helpers", self.shared.crypto_helpers as u64),
             (
+                "realtime_priority",
+                self.shared
+                    .realtime
+                    .as_ref()
+                    .map_or(0, |r| u64::from(r.priority)),
+            ),
+            (
                 "crypto_helper_parts",
                 self.shared
                     .helper_parts

@@ -177,6 +177,12 @@ pub const DEVICE: &[Export] = &[
         "braid_crypto_helper_parts_total",
         "Batch parts sealed or opened by crypto helpers.",
     ),
+    gauge(
+        "realtime_priority",
+        "braid_realtime_priority",
+        1.0,
+        "The SCHED_RR priority of the data plane's threads (RealtimePriority); 0 when they run in the normal class.",
+    ),
 ];
 
 /// A peer's counters (`braid show`'s per-peer `braid NAME:` lines).

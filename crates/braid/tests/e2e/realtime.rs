@@ -112,6 +112,15 @@ fn realtime_priority_puts_only_the_data_plane_in_the_realtime_class() {
         "{log}"
     );
     assert!(!log.contains("stays in the normal class"), "{log}");
+    let show = nsa.run(BRAID, &["show", &ifa], SHORT);
+    assert!(
+        show.ok()
+            && show
+                .stdout
+                .contains(&format!("realtime_priority: {PRIORITY}")),
+        "braid show names the priority: {}",
+        show.describe()
+    );
 }
 
 #[test]

@@ -199,6 +199,7 @@ fn every_counter_of_the_snapshot_is_in_a_table() {
         "too_big_suppressed",
         "crypto_helpers",
         "crypto_helper_parts",
+        "realtime_priority",
         "compressed_tx",
         "compressed_rx",
         "decompress_failed",
