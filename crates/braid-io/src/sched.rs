@@ -81,14 +81,22 @@ pub fn allow_realtime(priority: u8) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The calling thread's scheduling policy and priority, as the kernel
-/// reports them (for tests and `braid show`-like checks).
+/// The calling thread's scheduling policy (with the reset-on-fork flag
+/// when it is set) and priority, as the kernel reports them. Raw system
+/// calls: musl's wrappers fail with ENOSYS (POSIX means the process).
 pub fn this_thread_policy() -> (libc::c_int, libc::c_int) {
-    // SAFETY: plain queries of the calling thread.
-    let policy = unsafe { libc::sched_getscheduler(0) };
-    // SAFETY: as above, with a live sched_param to fill.
+    // SAFETY: thread 0 is the caller; no pointer.
+    let policy = unsafe { libc::syscall(libc::SYS_sched_getscheduler, 0) } as libc::c_int;
+    // SAFETY: as in `realtime_this_thread`.
     let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
-    unsafe { libc::sched_getparam(0, &mut param) };
+    // SAFETY: thread 0 is the caller; the sched_param lives across the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sched_getparam,
+            0,
+            &mut param as *mut libc::sched_param,
+        )
+    };
     (policy, param.sched_priority)
 }
 
