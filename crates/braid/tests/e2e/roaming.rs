@@ -111,8 +111,10 @@ fn b_follows(test: &str, step: &str, env: &Sides, want: &str) {
     );
     // wireguard-go as a fails a send now and then right after its endpoint
     // went over to IPv6 or its port changed ("sendmmsg: network is
-    // unreachable" in its log): it is given one loss, braid none.
-    let allowed = if env.a_is_braid { 0 } else { 1 };
+    // unreachable" in its log): it is given two losses (one was not
+    // enough in a CI run of 2026-11-27: the first two pings after the
+    // move to IPv6 went unanswered, the rest in 2 ms), braid none.
+    let allowed = if env.a_is_braid { 0 } else { 2 };
     assert!(
         p.received + allowed >= 5,
         "{step}: b does not reach a: {}",
