@@ -330,6 +330,20 @@ impl Drop for TestEnv {
     }
 }
 
+/// (thread name, /proc directory) of every thread of `pid`.
+pub fn threads(pid: i32) -> Vec<(String, PathBuf)> {
+    let dir = format!("/proc/{pid}/task");
+    fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .flatten()
+        .map(|t| {
+            let path = t.path();
+            let name = fs::read_to_string(path.join("comm")).unwrap_or_default();
+            (name.trim().to_string(), path)
+        })
+        .collect()
+}
+
 pub fn tail(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;

@@ -30,23 +30,6 @@ fn field_of(status_file: &str, field: &str) -> String {
         .unwrap_or_else(|| panic!("no {field} in {status_file}"))
 }
 
-/// (thread name, status file) of every thread of `pid`.
-fn threads(pid: i32) -> Vec<(String, String)> {
-    let dir = format!("/proc/{pid}/task");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{dir}: {e}"))
-        .flatten()
-        .map(|t| {
-            let path = t.path();
-            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-            (
-                name.trim().to_string(),
-                path.join("status").display().to_string(),
-            )
-        })
-        .collect()
-}
-
 /// The uid of `user`, if /etc/passwd has it.
 fn uid_of(user: &str) -> Option<String> {
     let passwd = std::fs::read_to_string("/etc/passwd").expect("read /etc/passwd");
@@ -108,7 +91,10 @@ fn daemon_runs_unprivileged_with_only_kept_capabilities() {
     assert_eq!(no_new_privs, "1");
     // Capabilities, the bounding set and no-new-privs are per thread:
     // every thread has the reduced ones, the UAPI's among them.
-    let tasks = threads(pid);
+    let tasks: Vec<(String, String)> = threads(pid)
+        .into_iter()
+        .map(|(name, dir)| (name, dir.join("status").display().to_string()))
+        .collect();
     assert!(tasks.len() >= 2, "the daemon has its threads: {tasks:?}");
     for (name, status) in &tasks {
         let who = format!("thread {name} ({status})");

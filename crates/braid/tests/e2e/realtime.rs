@@ -28,15 +28,11 @@ fn policy_in(stat_file: &str) -> (u32, u32) {
 
 /// (thread name, policy, priority) of every thread of `pid`.
 fn thread_policies(pid: i32) -> Vec<(String, u32, u32)> {
-    let dir = format!("/proc/{pid}/task");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{dir}: {e}"))
-        .flatten()
-        .map(|t| {
-            let path = t.path();
-            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-            let (policy, priority) = policy_in(&path.join("stat").display().to_string());
-            (name.trim().to_string(), policy, priority)
+    threads(pid)
+        .into_iter()
+        .map(|(name, dir)| {
+            let (policy, priority) = policy_in(&dir.join("stat").display().to_string());
+            (name, policy, priority)
         })
         .collect()
 }

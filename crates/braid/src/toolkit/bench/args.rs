@@ -65,13 +65,15 @@ pub fn require_root(bench: &str) -> Result<(), String> {
     }
 }
 
+/// A command line from words, for the benches' argument tests.
+#[cfg(test)]
+pub fn argv(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_string).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
-    }
 
     #[test]
     fn values_and_numbers_name_the_flag() {

@@ -189,10 +189,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
-    }
+    use crate::toolkit::bench::args::argv;
 
     #[test]
     fn flags_and_their_errors() {

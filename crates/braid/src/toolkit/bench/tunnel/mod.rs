@@ -185,24 +185,21 @@ pub fn run(argv: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
-    }
+    use crate::toolkit::bench::args::argv;
 
     #[test]
     fn vpn_realtime_takes_a_real_time_priority_and_needs_a_vpn() {
-        let o = parse(&args("--vpn-realtime 20")).unwrap().unwrap();
+        let o = parse(&argv("--vpn-realtime 20")).unwrap().unwrap();
         assert_eq!(o.vpn_realtime, Some(20));
-        assert_eq!(parse(&args("")).unwrap().unwrap().vpn_realtime, None);
+        assert_eq!(parse(&argv("")).unwrap().unwrap().vpn_realtime, None);
         for bad in [
             "--vpn-realtime 0",
             "--vpn-realtime 100",
             "--vpn-realtime rr",
         ] {
-            assert!(parse(&args(bad)).is_err(), "{bad}");
+            assert!(parse(&argv(bad)).is_err(), "{bad}");
         }
-        let none = parse(&args("--vpn none --vpn-realtime 20")).err().unwrap();
+        let none = parse(&argv("--vpn none --vpn-realtime 20")).err().unwrap();
         assert!(none.contains("--vpn-realtime needs a VPN"), "{none}");
     }
 }
