@@ -26,7 +26,7 @@ pub mod lines;
 mod os_random;
 mod pmtu;
 pub mod privilege;
-mod realtime;
+pub mod realtime;
 mod reload;
 pub mod requests;
 pub mod routes;

@@ -241,11 +241,7 @@ fn is_root() -> bool {
 /// this one: tried in a throwaway thread, which then ends (nothing
 /// inherits it). Never a warning: the key is off by default.
 fn realtime() -> Check {
-    let probe = std::thread::spawn(|| {
-        let limit_raised = braid_io::allow_realtime(1).is_ok();
-        braid_io::realtime_data_plane_thread(1).map(|()| limit_raised)
-    })
-    .join();
+    let probe = std::thread::spawn(|| crate::daemon::realtime::enter_at_start(1)).join();
     let throttle = read_sysctl("/proc/sys/kernel/sched_rt_runtime_us")
         .map(|us| {
             format!(
@@ -255,9 +251,10 @@ fn realtime() -> Check {
         })
         .unwrap_or_default();
     let finding = match probe {
-        Ok(Ok(true)) => format!("RealtimePriority = N can be used (the real-time class is allowed; RLIMIT_RTPRIO can be raised){throttle}"),
-        Ok(Ok(false)) => format!("RealtimePriority = N can be used (CAP_SYS_NICE: braid keeps it after the privilege drop for the data plane's threads){throttle}"),
-        Ok(Err(e)) => format!("RealtimePriority cannot be used as braid runs now: the kernel refuses SCHED_RR ({e}); it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO"),
+        // The value: whether CAP_SYS_NICE must be kept after the drop.
+        Ok(Ok(false)) => format!("RealtimePriority = N can be used (the real-time class is allowed; RLIMIT_RTPRIO can be raised){throttle}"),
+        Ok(Ok(true)) => format!("RealtimePriority = N can be used (CAP_SYS_NICE: braid keeps it after the privilege drop for the data plane's threads){throttle}"),
+        Ok(Err(e)) => format!("cannot be used as braid runs now (probed at priority 1): {e}"),
         Err(_) => "RealtimePriority: the probe thread panicked".to_string(),
     };
     Check::ok("realtime", finding)
