@@ -42,6 +42,9 @@
 //!   receiver counts its bytes as delivered on that path, so the echo of
 //!   the second probe says how fast the line drained the train. Zero-padded
 //!   to any length from 2 bytes.
+//! - Parity pieces (kind `fec::KIND_PARITY`): the XOR of a group of data
+//!   messages sent on a line that loses packets, from which the receiver
+//!   rebuilds one it lost; their format is in `fec`.
 
 pub const MAX_PAYLOAD: usize = 48;
 /// The nonce prefix that separates extension messages from data messages.
@@ -56,6 +59,9 @@ pub const HELLO_OFFERS_LZ4: u8 = 2;
 /// Hello flag: the sender joins packets split into fragments (see
 /// `fragment`); braid offers it whenever its extensions are on.
 pub const HELLO_OFFERS_FRAGMENTS: u8 = 4;
+/// Hello flag: the sender rebuilds lost data messages from parity (see
+/// `fec`), so parity may be sent to it.
+pub const HELLO_OFFERS_PARITY: u8 = 8;
 
 const KIND_HELLO: u8 = 1;
 const KIND_PROBE: u8 = 2;

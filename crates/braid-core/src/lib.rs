@@ -11,6 +11,7 @@ pub mod crypto;
 pub mod deadlines;
 pub mod device;
 pub mod ext;
+pub mod fec;
 pub mod fragment;
 pub mod icmp;
 pub mod ip;

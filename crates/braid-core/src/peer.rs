@@ -99,6 +99,14 @@ pub struct Peer {
     /// Aggregate mode: copies of what was sent lately, for repairs (made
     /// when first needed; see `repair`).
     pub sent_copies: Option<Box<crate::repair::SentCopies>>,
+    /// Aggregate mode: parity of what goes on lines that lose packets of
+    /// their own, and the peer's parity with what it covers (made when
+    /// first needed; see `fec`).
+    pub parity_out: Option<Box<crate::fec::ParityEncoder>>,
+    pub parity_in: Option<Box<crate::fec::ParityDecoder>>,
+    /// The local index of the session on which the peer offered to
+    /// rebuild from parity (in its hello).
+    pub parity_session: Option<u32>,
     /// The path the latest data message went on (its first copy's).
     pub last_path: usize,
     /// When our latest `Sent` report left, and whether data went out
@@ -231,6 +239,9 @@ impl Peer {
             reorder_session: None,
             reorder_retired: [None; 2],
             sent_copies: None,
+            parity_out: None,
+            parity_in: None,
+            parity_session: None,
             last_path: 0,
             sent_report_at: None,
             sent_since_report: false,

@@ -49,6 +49,7 @@
 //! randomness comes from a seeded generator so tests are reproducible.
 
 mod compression;
+mod fec;
 mod fragments;
 mod handshake;
 mod jobs;
@@ -135,6 +136,11 @@ pub struct PeerInfo {
     /// Asked for, but lost by a line that loses only when full: left to
     /// the inner TCP as the congestion signal it is.
     pub resend_congestion: u64,
+    /// Parity pieces sent for our lossy lines, pieces received from the
+    /// peer, and data messages rebuilt from them (see `fec`).
+    pub parity_sent: u64,
+    pub parity_received: u64,
+    pub rebuilt: u64,
     pub last_handshake: Option<SystemTime>,
     pub allowed_ips: Vec<(IpAddr, u8)>,
     pub counters: crate::peer::PeerCounters,
@@ -172,6 +178,9 @@ impl Device {
             pmtu_probes: VecDeque::new(),
             trains: VecDeque::new(),
             resends: VecDeque::new(),
+            parities: VecDeque::new(),
+            parity_buffers: Vec::new(),
+            rebuild_scratch: Vec::new(),
             padding_cap: usize::MAX,
             too_big: Vec::new(),
             too_big_len: 0,
@@ -480,6 +489,8 @@ impl Device {
             path.counters = counters;
         }
         p.sent_copies = None;
+        p.parity_out = None;
+        p.parity_in = None;
         p.last_path = 0;
         let cfg = p.reorder.config().clone();
         p.reorder = ReorderWindow::new(cfg);
@@ -628,6 +639,9 @@ impl Device {
             resent: p.sent_copies.as_ref().map_or(0, |c| c.resent),
             resend_unavailable: p.sent_copies.as_ref().map_or(0, |c| c.unavailable),
             resend_congestion: p.sent_copies.as_ref().map_or(0, |c| c.congestion),
+            parity_sent: p.parity_out.as_ref().map_or(0, |e| e.sent),
+            parity_received: p.parity_in.as_ref().map_or(0, |d| d.pieces),
+            rebuilt: p.parity_in.as_ref().map_or(0, |d| d.rebuilt),
             last_handshake: p.last_handshake,
             allowed_ips,
             counters: p.counters,

@@ -209,6 +209,7 @@ impl Device {
         let say_hello = p.hellos_left > 0;
         let flags = lz4_flag
             | ext::HELLO_OFFERS_FRAGMENTS
+            | ext::HELLO_OFFERS_PARITY
             | match &p.keypairs.current {
                 Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
                 _ => 0,
@@ -303,14 +304,18 @@ impl Device {
             p.counters.ext_rejected = p.counters.ext_rejected.saturating_add(1);
             return;
         };
-        let Some(msg) = ExtMessage::decode(&datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + n]) else {
+        let payload = &datagram[DATA_HEADER_LEN..DATA_HEADER_LEN + n];
+        let parity = crate::fec::Piece::decode(payload);
+        let msg = ExtMessage::decode(payload);
+        if msg.is_none() && parity.is_none() {
             self.counters.invalid_datagrams = self.counters.invalid_datagrams.saturating_add(1);
             return;
-        };
-        if let ExtMessage::Hello { flags, .. } = msg {
+        }
+        if let Some(ExtMessage::Hello { flags, .. }) = msg {
             kp.set_peer_offers_aes(flags & ext::HELLO_OFFERS_AES != 0);
             p.lz4_session = (flags & ext::HELLO_OFFERS_LZ4 != 0).then_some(receiver);
             p.fragment_session = (flags & ext::HELLO_OFFERS_FRAGMENTS != 0).then_some(receiver);
+            p.parity_session = (flags & ext::HELLO_OFFERS_PARITY != 0).then_some(receiver);
         }
         let first_news = !p.speaks_braid();
         p.braid_session = Some(receiver);
@@ -324,6 +329,12 @@ impl Device {
         if slot == SlotName::Next {
             self.confirm_session(now, pid);
         }
+        let Some(msg) = msg else {
+            if let Some(piece) = parity {
+                self.receive_parity(now, pid, receiver, at, &piece);
+            }
+            return;
+        };
         match msg {
             ExtMessage::Hello { path, .. } => {
                 // Answer once per session so the peer learns we speak braid.

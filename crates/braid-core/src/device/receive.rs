@@ -238,11 +238,44 @@ impl Device {
         p.counters.rx_bytes = p.counters.rx_bytes.saturating_add(wire_len as u64);
         p.on_authenticated_received();
         p.on_authenticated_traversal(now);
+        // Kept before decompression or joining change it in place: the
+        // sender's parity covers the plaintext as sealed.
+        let kept = match p.parity_in.as_mut().filter(|d| d.protects(now, at)) {
+            Some(d) => {
+                d.keep(receiver, counter, &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len]);
+                true
+            }
+            None => false,
+        };
         if slot == SlotName::Next {
             self.confirm_session(now, pid);
         }
         self.keep_key_fresh_on_receive(now, pid);
+        let delivered = self.deliver_plaintext(now, pid, (receiver, counter), at, buf, plain_len, true);
+        if kept {
+            self.give_back_rebuilt(now, pid, receiver);
+        }
+        delivered
+    }
 
+    /// The plaintext (`plain_len` bytes at `DATA_HEADER_LEN` in `buf`) of
+    /// data message `counter` of session `receiver`, authenticated and past
+    /// the replay check, arrived on `path`: decompressed, joined, checked
+    /// against the peer's AllowedIPs, shaped and run through the reorder
+    /// window. Returns the length of the IP packet to deliver in place
+    /// (only when `in_place`; otherwise the window takes it or it is
+    /// dropped), or None.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn deliver_plaintext(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        (receiver, counter): (u32, u64),
+        at: usize,
+        buf: &mut [u8],
+        plain_len: usize,
+        in_place: bool,
+    ) -> Option<usize> {
         let restored = match self.restore_compressed(pid, &mut buf[DATA_HEADER_LEN..], plain_len) {
             // A piece of a packet: the packet, once whole, takes this
             // message's place (the other pieces' places stay empty).
@@ -296,7 +329,7 @@ impl Device {
         // Keepalives and refused packets still take their counter's place
         // in the window (as empty packets), or they would look like losses.
         let packet = &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + len];
-        self.reorder_or_pass(now, pid, receiver, counter, at, packet)
+        self.reorder_or_pass(now, pid, (receiver, counter), at, packet, in_place)
             .then_some(len)
             .filter(|&l| l > 0)
     }
@@ -330,16 +363,17 @@ impl Device {
     }
 
     /// Runs a packet of the current session through the peer's reorder
-    /// window. True: deliver it in place now; false: the window took it (it
-    /// comes out of `poll_tun` in order).
+    /// window. True: deliver it in place now (only when `in_place`); false:
+    /// the window took it (it comes out of `poll_tun` in order) or it is
+    /// dropped.
     fn reorder_or_pass(
         &mut self,
         now: Instant,
         pid: PeerId,
-        receiver: u32,
-        counter: u64,
+        (receiver, counter): (u32, u64),
         path: usize,
         packet: &[u8],
+        in_place: bool,
     ) -> bool {
         let Some(p) = self.peers[pid].as_mut() else {
             return false;
@@ -356,7 +390,7 @@ impl Device {
                 // With the window off (`ReorderHold = 0`) everything goes
                 // in arrival order, as in stock WireGuard.
                 if !p.reorder.is_on() {
-                    return true;
+                    return in_place;
                 }
                 p.reorder.count_under_window();
                 return false;
@@ -369,7 +403,7 @@ impl Device {
             }
         }
         let p = self.peers[pid].as_mut().expect("checked above");
-        if p.reorder.passes_through(counter) {
+        if in_place && p.reorder.passes_through(counter) {
             p.reorder.delivered_in_place(now, counter, path);
             return true;
         }
@@ -379,7 +413,7 @@ impl Device {
         // older than one it has seen) and holding it would stretch the
         // round trip by the jitter: it goes out now, and an empty packet
         // keeps its counter's place in the window.
-        if is_pure_tcp_ack(packet) {
+        if in_place && is_pure_tcp_ack(packet) {
             if let InsertOutcome::Ready = p.reorder.insert(now, counter, path, &[]) {
                 self.reorder_ready_add(pid);
             }
@@ -388,7 +422,7 @@ impl Device {
         match p.reorder.insert(now, counter, path, packet) {
             // Bigger than the window's slots (an MTU raised at run time):
             // better out of order than lost.
-            InsertOutcome::TooLarge => true,
+            InsertOutcome::TooLarge => in_place,
             // Its gap was already given up and later packets went out: it
             // is dropped, as the window's rules say, so order is a promise
             // (delivered late it would reach the application out of order).

@@ -130,6 +130,8 @@ impl Device {
                     path,
                     &buf[..datagram_len],
                 );
+                let plain = &buf[DATA_HEADER_LEN..datagram_len - crate::crypto::TAG_LEN];
+                self.protect_sent(now, pid, (session, counter), path, plain);
             }
             batch.set_packet(i, 0, datagram_len, dests[0].1);
             batch.set_line(i, dests[0].0);
@@ -245,6 +247,7 @@ impl Device {
             || self.has_pmtu_probes()
             || self.has_trains()
             || self.has_resends()
+            || self.has_parities()
     }
 
     /// Fills `out` with what waits to be sent: control messages first, then
@@ -269,6 +272,7 @@ impl Device {
             out.set_line(out.len() - 1, c.line);
         }
         self.transmit_resends(now, out);
+        self.transmit_parities(now, out);
         self.transmit_pmtu_probes(now, out);
         self.transmit_trains(now, out);
         let mtu = self.padding_mtu();
@@ -352,6 +356,7 @@ impl Device {
         !self.control.is_empty()
             || self.has_pmtu_probes()
             || self.has_resends()
+            || self.has_parities()
             || self.has_trains()
     }
 }

@@ -106,6 +106,16 @@ pub(super) struct QueuedResend {
     pub(super) remote: SocketAddr,
 }
 
+/// A parity piece for the peer's quickest line (see `fec`): its payload,
+/// sealed when sent, in the session whose counters it names.
+pub(super) struct QueuedParity {
+    pub(super) pid: PeerId,
+    pub(super) session: u32,
+    pub(super) line: u16,
+    pub(super) remote: SocketAddr,
+    pub(super) payload: Vec<u8>,
+}
+
 /// One WireGuard interface: keys, peers, sessions, paths and queues. Its
 /// behaviour is [`Device`]'s methods, in `device/mod.rs` and its siblings.
 pub struct Device {
@@ -134,6 +144,12 @@ pub struct Device {
     /// Probe trains waiting for `poll_transmit` (see `trains`).
     pub(super) trains: VecDeque<super::trains::TrainPart>,
     pub(super) resends: VecDeque<QueuedResend>,
+    /// Parity pieces waiting for `poll_transmit` (see `fec`), and their
+    /// buffers kept for reuse.
+    pub(super) parities: VecDeque<QueuedParity>,
+    pub(super) parity_buffers: Vec<Vec<u8>>,
+    /// Where a message rebuilt from parity is delivered from.
+    pub(super) rebuild_scratch: Vec<u8>,
     /// Padding never grows a packet beyond what the paths carry.
     pub(super) padding_cap: usize,
     /// ICMP "too big" answers for the TUN: the first `too_big_len` are

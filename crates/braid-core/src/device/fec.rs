@@ -1,0 +1,151 @@
+//! Parity between bonded braid peers (see `crate::fec`): groups of what
+//! goes on a line that loses packets of its own, their parity sent on the
+//! quickest line, and lost messages rebuilt from it.
+
+use super::state::{Device, QueuedParity};
+use crate::batch::PacketBatch;
+use crate::fec::Piece;
+use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
+use crate::peer::PeerId;
+use crate::repair::OWN_LOSS;
+use std::time::Instant;
+
+/// Parity pieces waiting for `poll_transmit`, at most.
+const MAX_QUEUED_PARITY: usize = 256;
+
+impl Device {
+    /// Data message `counter` of `session` (padded plaintext `plain`) went
+    /// to `pid` on its path `path`: added to that path's parity group when
+    /// the line loses of its own and is not the one parity goes on.
+    pub(super) fn protect_sent(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        (session, counter): (u32, u64),
+        path: usize,
+        plain: &[u8],
+    ) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        if p.parity_session != Some(session) {
+            return;
+        }
+        let quickest = p.quickest_path();
+        if path == quickest || p.paths.get(path).is_none_or(|x| x.own_loss() < OWN_LOSS) {
+            return;
+        }
+        let (line, remote) = (p.paths[quickest].line, p.paths[quickest].remote);
+        let queue = &mut self.parities;
+        let free = &mut self.parity_buffers;
+        p.parity_out.get_or_insert_with(Default::default).add(
+            now,
+            session,
+            path,
+            counter,
+            plain,
+            |payload| {
+                if queue.len() >= MAX_QUEUED_PARITY {
+                    return;
+                }
+                let mut bytes = free.pop().unwrap_or_default();
+                bytes.clear();
+                bytes.extend_from_slice(payload);
+                queue.push_back(QueuedParity {
+                    pid,
+                    session,
+                    line,
+                    remote,
+                    payload: bytes,
+                });
+            },
+        );
+    }
+
+    pub(super) fn has_parities(&self) -> bool {
+        !self.parities.is_empty()
+    }
+
+    /// Seals the queued parity pieces into `out`, each in the session
+    /// whose counters it names (dropped if that is no longer current).
+    pub(super) fn transmit_parities(&mut self, now: Instant, out: &mut PacketBatch) {
+        while !out.is_full() {
+            let Some(q) = self.parities.pop_front() else {
+                return;
+            };
+            let kp = self.peers[q.pid]
+                .as_mut()
+                .and_then(|p| p.keypairs.current.as_mut())
+                .filter(|k| k.is_valid(now) && k.local_index == q.session);
+            if let Some(kp) = kp.filter(|_| out.stride() >= DATA_MIN_LEN + q.payload.len()) {
+                out.push_with(0, q.remote, |b| kp.seal_ext(&q.payload, b));
+                out.set_line(out.len() - 1, q.line);
+            }
+            if self.parity_buffers.len() < MAX_QUEUED_PARITY {
+                self.parity_buffers.push(q.payload);
+            }
+        }
+    }
+
+    /// A parity piece from `pid`, authenticated in session `session`,
+    /// arrived on our path `at`.
+    pub(super) fn receive_parity(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        session: u32,
+        at: usize,
+        piece: &Piece,
+    ) {
+        let Some(p) = self.peers[pid].as_mut() else {
+            return;
+        };
+        if p.reorder_session.is_some_and(|s| s != session) {
+            return;
+        }
+        // Our path that the group's line reaches us on; without a word
+        // from the peer on which that is, any but the one parity came on.
+        let path = p
+            .paths
+            .iter()
+            .position(|x| x.peer_index == Some(piece.path))
+            .or_else(|| (p.paths.len() == 2).then_some(1 - at.min(1)));
+        let Some(path) = path else {
+            return;
+        };
+        p.parity_in
+            .get_or_insert_with(Default::default)
+            .add_piece(now, session, path, piece);
+        self.give_back_rebuilt(now, pid, session);
+    }
+
+    /// Delivers every message of `session` that the parity received from
+    /// `pid` gives back now (through the reorder window, as if it had
+    /// arrived on its line).
+    pub(super) fn give_back_rebuilt(&mut self, now: Instant, pid: PeerId, session: u32) {
+        let mut scratch = std::mem::take(&mut self.rebuild_scratch);
+        loop {
+            let Some(p) = self.peers[pid].as_mut() else {
+                break;
+            };
+            let (Some(d), Some((_, kp))) = (p.parity_in.as_mut(), p.keypairs.find_mut(session))
+            else {
+                break;
+            };
+            let Some((counter, path, plain)) = d.rebuild(now, session, |c| !kp.may_accept(c))
+            else {
+                break;
+            };
+            if !kp.accept(counter) {
+                continue;
+            }
+            // Room for what decompression may make of it.
+            let len = plain.len();
+            scratch.clear();
+            scratch.resize(DATA_HEADER_LEN + len.max(self.mtu) + DATA_MIN_LEN, 0);
+            scratch[DATA_HEADER_LEN..DATA_HEADER_LEN + len].copy_from_slice(plain);
+            self.deliver_plaintext(now, pid, (session, counter), path, &mut scratch, len, false);
+        }
+        self.rebuild_scratch = scratch;
+    }
+}
