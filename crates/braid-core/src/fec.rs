@@ -417,7 +417,9 @@ impl ParityDecoder {
             if g.done || !g.complete() || g.parity.session != session {
                 continue;
             }
-            if g.at.is_some_and(|at| now.saturating_duration_since(at) > RX_GROUP_LIFETIME) {
+            if g.at
+                .is_some_and(|at| now.saturating_duration_since(at) > RX_GROUP_LIFETIME)
+            {
                 g.done = true;
                 continue;
             }
@@ -470,7 +472,10 @@ impl ParityDecoder {
 
     /// Bytes held (for memory accounting).
     pub fn allocated_bytes(&self) -> usize {
-        self.copies.iter().map(|c| c.bytes.capacity()).sum::<usize>()
+        self.copies
+            .iter()
+            .map(|c| c.bytes.capacity())
+            .sum::<usize>()
             + self
                 .groups
                 .iter()
@@ -487,7 +492,9 @@ mod tests {
 
     /// A plaintext of `len` bytes that says which counter it is.
     fn plain(counter: u64, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (counter as usize * 31 + i) as u8).collect()
+        (0..len)
+            .map(|i| (counter as usize * 31 + i) as u8)
+            .collect()
     }
 
     /// The pieces the encoder emits for `members` (counter, length) sent
@@ -599,12 +606,12 @@ mod tests {
         long.push(0);
         assert!(Piece::decode(&long).is_none(), "long");
         for bad in [
-            |p: &mut Vec<u8>| p[0] = 9,                     // another kind
-            |p: &mut Vec<u8>| p[2] = 0,                     // no members
-            |p: &mut Vec<u8>| p[2] = MAX_GROUP as u8 + 1,   // too many
-            |p: &mut Vec<u8>| p[3] = 2,                     // no such piece
-            |p: &mut Vec<u8>| p[HEAD_LEN] = 0,              // offsets not increasing
-            |p: &mut Vec<u8>| p[4..12].fill(0xff),          // counters overflow
+            |p: &mut Vec<u8>| p[0] = 9,                   // another kind
+            |p: &mut Vec<u8>| p[2] = 0,                   // no members
+            |p: &mut Vec<u8>| p[2] = MAX_GROUP as u8 + 1, // too many
+            |p: &mut Vec<u8>| p[3] = 2,                   // no such piece
+            |p: &mut Vec<u8>| p[HEAD_LEN] = 0,            // offsets not increasing
+            |p: &mut Vec<u8>| p[4..12].fill(0xff),        // counters overflow
         ] {
             let mut q = p.clone();
             bad(&mut q);

@@ -866,6 +866,24 @@ impl ReorderWindow {
         path: usize,
         packet: &[u8],
     ) -> InsertOutcome {
+        self.insert_from(now, counter, Some(path), packet)
+    }
+
+    /// `insert` for a packet that did not come on a line but was rebuilt
+    /// from the others (see `fec`): it may come before its line delivered
+    /// what was sent before it, or after its gap waited on purpose, so it
+    /// teaches neither a path's progress and lateness nor the hold.
+    pub fn insert_rebuilt(&mut self, now: Instant, counter: u64, packet: &[u8]) -> InsertOutcome {
+        self.insert_from(now, counter, None, packet)
+    }
+
+    fn insert_from(
+        &mut self,
+        now: Instant,
+        counter: u64,
+        path: Option<usize>,
+        packet: &[u8],
+    ) -> InsertOutcome {
         self.reclaim_lent();
         let now = self.tick(now);
         if packet.len() > self.cfg.max_packet {
@@ -903,7 +921,7 @@ impl ReorderWindow {
                 .given_up
                 .iter()
                 .find(|g| g.from <= counter && counter < g.to)
-                .filter(|_| !self.was_asked(counter))
+                .filter(|_| path.is_some() && !self.was_asked(counter))
             {
                 let late = now.saturating_duration_since(gap.since);
                 self.lateness.sample(now, late);
@@ -913,19 +931,27 @@ impl ReorderWindow {
             self.counters.duplicated = self.counters.duplicated.saturating_add(1);
             InsertOutcome::Duplicated
         } else {
-            match self.store(now, counter, packet) {
+            match self.store(now, counter, packet, path.is_some()) {
                 Some(outcome) => outcome,
                 None => return InsertOutcome::ReadyFull,
             }
         };
-        self.note_path(now, counter, path);
+        if let Some(path) = path {
+            self.note_path(now, counter, path);
+        }
         self.expire(now);
         outcome
     }
 
     /// Stores a packet at or above `next` that is not held yet; `None` when
     /// the ready queue has no room.
-    fn store(&mut self, now: Instant, counter: u64, packet: &[u8]) -> Option<InsertOutcome> {
+    fn store(
+        &mut self,
+        now: Instant,
+        counter: u64,
+        packet: &[u8],
+        arrived: bool,
+    ) -> Option<InsertOutcome> {
         let len = packet.len();
         // Rule 2: give up the oldest gaps below the packet until it fits.
         // Held packets and bytes are within capacity and max_bytes (both
@@ -955,7 +981,7 @@ impl ReorderWindow {
             Some(e) => {
                 // It fills (part of) a gap known since `e.since`; a repair
                 // is late on purpose and teaches the hold nothing.
-                if !self.was_asked(counter) {
+                if arrived && !self.was_asked(counter) {
                     self.lateness
                         .sample(now, now.saturating_duration_since(e.since));
                 }

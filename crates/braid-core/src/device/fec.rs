@@ -6,6 +6,7 @@ use super::state::{Device, QueuedParity};
 use crate::batch::PacketBatch;
 use crate::fec::Piece;
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
+use crate::path::estimate::QUEUE_FULL;
 use crate::peer::PeerId;
 use crate::repair::OWN_LOSS;
 use std::time::Instant;
@@ -25,14 +26,20 @@ impl Device {
         path: usize,
         plain: &[u8],
     ) {
-        let Some(p) = self.peers[pid].as_mut() else {
+        let Some(p) = self.peers[pid].as_mut().filter(|_| self.parity) else {
             return;
         };
         if p.parity_session != Some(session) {
             return;
         }
         let quickest = p.quickest_path();
-        if path == quickest || p.paths.get(path).is_none_or(|x| x.own_loss() < OWN_LOSS) {
+        // Not while the line queues: what it drops then is congestion, for
+        // the inner TCP to see, even on a line that also loses of its own.
+        let protected = p.paths.get(path).is_some_and(|x| {
+            x.own_loss() >= OWN_LOSS
+                && x.outbound.queueing_delay().unwrap_or_default() <= QUEUE_FULL
+        });
+        if path == quickest || !protected {
             return;
         }
         let (line, remote) = (p.paths[quickest].line, p.paths[quickest].remote);
@@ -78,8 +85,22 @@ impl Device {
                 .and_then(|p| p.keypairs.current.as_mut())
                 .filter(|k| k.is_valid(now) && k.local_index == q.session);
             if let Some(kp) = kp.filter(|_| out.stride() >= DATA_MIN_LEN + q.payload.len()) {
-                out.push_with(0, q.remote, |b| kp.seal_ext(&q.payload, b));
+                let mut len = 0;
+                out.push_with(0, q.remote, |b| {
+                    len = kp.seal_ext(&q.payload, b);
+                    len
+                });
                 out.set_line(out.len() - 1, q.line);
+                // Planned into the line's queue with its data (bytes, not
+                // packets: the line's loss is counted in data messages).
+                let p = self.peers[q.pid].as_mut().expect("has a session");
+                if let Some(path) = p
+                    .paths
+                    .iter_mut()
+                    .find(|x| x.line == q.line && x.remote == q.remote)
+                {
+                    path.counters.tx_bytes = path.counters.tx_bytes.saturating_add(len as u64);
+                }
             }
             if self.parity_buffers.len() < MAX_QUEUED_PARITY {
                 self.parity_buffers.push(q.payload);
@@ -94,12 +115,16 @@ impl Device {
         now: Instant,
         pid: PeerId,
         session: u32,
-        at: usize,
+        (at, wire_len): (usize, usize),
         piece: &Piece,
     ) {
         let Some(p) = self.peers[pid].as_mut() else {
             return;
         };
+        // Counted with the line's data, as the sender counts it, so the
+        // line's measured rate includes what parity takes of it.
+        let c = &mut p.paths[at].counters;
+        c.data_rx_bytes = c.data_rx_bytes.saturating_add(wire_len as u64);
         if p.reorder_session.is_some_and(|s| s != session) {
             return;
         }
@@ -124,28 +149,36 @@ impl Device {
     /// arrived on its line).
     pub(super) fn give_back_rebuilt(&mut self, now: Instant, pid: PeerId, session: u32) {
         let mut scratch = std::mem::take(&mut self.rebuild_scratch);
-        loop {
-            let Some(p) = self.peers[pid].as_mut() else {
-                break;
-            };
-            let (Some(d), Some((_, kp))) = (p.parity_in.as_mut(), p.keypairs.find_mut(session))
-            else {
-                break;
-            };
-            let Some((counter, path, plain)) = d.rebuild(now, session, |c| !kp.may_accept(c))
-            else {
-                break;
-            };
-            if !kp.accept(counter) {
-                continue;
-            }
-            // Room for what decompression may make of it.
-            let len = plain.len();
-            scratch.clear();
-            scratch.resize(DATA_HEADER_LEN + len.max(self.mtu) + DATA_MIN_LEN, 0);
-            scratch[DATA_HEADER_LEN..DATA_HEADER_LEN + len].copy_from_slice(plain);
+        while let Some((counter, path, len)) = self.next_rebuilt(now, pid, session, &mut scratch) {
             self.deliver_plaintext(now, pid, (session, counter), path, &mut scratch, len, false);
         }
         self.rebuild_scratch = scratch;
+    }
+
+    /// The next message of `session` rebuilt from `pid`'s parity, past
+    /// the replay check, at `DATA_HEADER_LEN` in `scratch` (with room for
+    /// what decompression may make of it): its counter, path and length.
+    fn next_rebuilt(
+        &mut self,
+        now: Instant,
+        pid: PeerId,
+        session: u32,
+        scratch: &mut Vec<u8>,
+    ) -> Option<(u64, usize, usize)> {
+        let mtu = self.mtu;
+        let p = self.peers[pid].as_mut()?;
+        let (_, kp) = p.keypairs.find_mut(session)?;
+        let d = p.parity_in.as_mut()?;
+        loop {
+            let (counter, path, plain) = d.rebuild(now, session, |c| !kp.may_accept(c))?;
+            if !kp.accept(counter) {
+                continue;
+            }
+            let len = plain.len();
+            scratch.clear();
+            scratch.resize(DATA_HEADER_LEN + len.max(mtu) + DATA_MIN_LEN, 0);
+            scratch[DATA_HEADER_LEN..DATA_HEADER_LEN + len].copy_from_slice(plain);
+            return Some((counter, path, len));
+        }
     }
 }

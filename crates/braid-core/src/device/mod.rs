@@ -197,6 +197,7 @@ impl Device {
             scratch_indices: Vec::new(),
             scratch_jobs: CryptoJobs::new(),
             extensions: true,
+            parity: true,
             cipher: CipherPolicy::Auto,
             aes_hardware: crate::cipher::aes_hardware(),
             aes_library: crate::cipher::AesLibrary::Ring,
@@ -511,6 +512,13 @@ impl Device {
         if options.reorder_hold.is_some() || options.reorder_capacity.is_some() {
             self.set_reorder(pid, options.reorder_hold, options.reorder_capacity);
         }
+    }
+
+    /// Whether parity for lossy lines is offered and sent (see `fec`; on
+    /// unless turned off, for comparisons). Takes effect with the next
+    /// hellos.
+    pub fn set_parity(&mut self, on: bool) {
+        self.parity = on;
     }
 
     pub fn set_mode(&mut self, pid: PeerId, mode: crate::path::Mode) {

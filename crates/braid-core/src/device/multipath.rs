@@ -207,9 +207,14 @@ impl Device {
             return; // resumes with the next session
         }
         let say_hello = p.hellos_left > 0;
+        let parity_flag = if self.parity {
+            ext::HELLO_OFFERS_PARITY
+        } else {
+            0
+        };
         let flags = lz4_flag
+            | parity_flag
             | ext::HELLO_OFFERS_FRAGMENTS
-            | ext::HELLO_OFFERS_PARITY
             | match &p.keypairs.current {
                 Some(k) if k.keys().has_aes() => ext::HELLO_OFFERS_AES,
                 _ => 0,
@@ -331,7 +336,7 @@ impl Device {
         }
         let Some(msg) = msg else {
             if let Some(piece) = parity {
-                self.receive_parity(now, pid, receiver, at, &piece);
+                self.receive_parity(now, pid, receiver, (at, datagram.len()), &piece);
             }
             return;
         };

@@ -242,7 +242,11 @@ impl Device {
         // sender's parity covers the plaintext as sealed.
         let kept = match p.parity_in.as_mut().filter(|d| d.protects(now, at)) {
             Some(d) => {
-                d.keep(receiver, counter, &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len]);
+                d.keep(
+                    receiver,
+                    counter,
+                    &buf[DATA_HEADER_LEN..DATA_HEADER_LEN + plain_len],
+                );
                 true
             }
             None => false,
@@ -251,7 +255,8 @@ impl Device {
             self.confirm_session(now, pid);
         }
         self.keep_key_fresh_on_receive(now, pid);
-        let delivered = self.deliver_plaintext(now, pid, (receiver, counter), at, buf, plain_len, true);
+        let delivered =
+            self.deliver_plaintext(now, pid, (receiver, counter), at, buf, plain_len, true);
         if kept {
             self.give_back_rebuilt(now, pid, receiver);
         }
@@ -419,7 +424,12 @@ impl Device {
             }
             return true;
         }
-        match p.reorder.insert(now, counter, path, packet) {
+        let outcome = if in_place {
+            p.reorder.insert(now, counter, path, packet)
+        } else {
+            p.reorder.insert_rebuilt(now, counter, packet)
+        };
+        match outcome {
             // Bigger than the window's slots (an MTU raised at run time):
             // better out of order than lost.
             InsertOutcome::TooLarge => in_place,

@@ -183,6 +183,8 @@ pub struct Device {
     /// braid's extensions (hello, probes, multipath); off = behave exactly
     /// like stock WireGuard.
     pub(super) extensions: bool,
+    /// Parity for lossy lines offered and sent (see `fec`).
+    pub(super) parity: bool,
     /// The interface's `Cipher =` and whether this CPU has AES instructions.
     pub(super) cipher: CipherPolicy,
     pub(super) aes_hardware: bool,

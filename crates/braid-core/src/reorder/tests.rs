@@ -1712,3 +1712,36 @@ fn gaps_found_lost_together_are_asked_for_together() {
     assert_eq!(rx.w.take_repair_request(), None);
     assert_eq!(rx.delivered, [0, 2, 3]);
 }
+
+/// A packet rebuilt from parity (see `fec`) before its line delivered the
+/// ones sent before it on that line fills its place in order but does not
+/// count as that line's progress: when the line's own later packets come,
+/// they are not read as late (a slack that would make rule 3 wait), and
+/// the copy that arrives after it is a duplicate, nothing else.
+#[test]
+fn a_rebuilt_packet_is_delivered_in_order_and_teaches_the_lines_nothing() {
+    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    rx.packet(0, 0, 0, 64);
+    rx.packet(100, 2, 0, 64);
+    // Counter 1 went on line 1 and is on its way; the parity of its group
+    // gives it (and counter 5, also line 1's, still further behind) early.
+    let now = rx.at(200);
+    assert_eq!(
+        rx.w.insert_rebuilt(now, 5, &packet(5, 64)),
+        InsertOutcome::Buffered
+    );
+    assert_eq!(
+        rx.w.insert_rebuilt(now, 1, &packet(1, 64)),
+        InsertOutcome::Ready
+    );
+    rx.drain();
+    assert_eq!(rx.delivered, [0, 1, 2]);
+    // Line 1's own packets then come in their order: 3 (after the parity
+    // gave 5) is not late on a line that has not delivered 5 itself.
+    rx.packet(5_000, 3, 1, 64);
+    rx.packet(5_100, 4, 0, 64);
+    assert_eq!(rx.delivered, [0, 1, 2, 3, 4, 5]);
+    assert_eq!(rx.w.path_slack(1), Duration::ZERO);
+    rx.dup(6_000, 5, 1);
+    assert_eq!(rx.w.counters().lost, 0);
+}
