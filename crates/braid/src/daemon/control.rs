@@ -335,6 +335,9 @@ pub fn snapshot(
                 ("resent".to_string(), info.resent),
                 ("resend_unavailable".to_string(), info.resend_unavailable),
                 ("resend_congestion".to_string(), info.resend_congestion),
+                ("parity_sent".to_string(), info.parity_sent),
+                ("parity_received".to_string(), info.parity_received),
+                ("rebuilt".to_string(), info.rebuilt),
             ]);
         }
         if let Some(rate) = info.rate_limit_bits {

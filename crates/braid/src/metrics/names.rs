@@ -355,6 +355,21 @@ counter(
         "braid_peer_resend_congestion_total",
         "Repairs not made: congestion losses left to the inner TCP.",
     ),
+    counter(
+        "parity_sent",
+        "braid_peer_parity_sent_total",
+        "Parity messages sent for lines that lose packets of their own.",
+    ),
+    counter(
+        "parity_received",
+        "braid_peer_parity_received_total",
+        "Parity messages received from the peer.",
+    ),
+    counter(
+        "rebuilt",
+        "braid_peer_rebuilt_packets_total",
+        "Packets rebuilt from the peer's parity instead of waiting for a re-send.",
+    ),
     gauge(
         "rate_limit_bits",
         "braid_peer_rate_limit_bytes_per_second",
