@@ -59,7 +59,7 @@ const SILENCE: Duration = Duration::from_millis(250);
 /// passed, and when the one before it passed, means the line was busy all
 /// the time between: what it delivered then is what it can carry. (One
 /// probe behind a burst finds a queue too; two in a row do not.)
-pub(crate) const QUEUE_FULL: Duration = Duration::from_millis(5);
+const QUEUE_FULL: Duration = Duration::from_millis(5);
 /// Window of the minimum one-way delay taken as the line's base delay: a
 /// queue lasting longer than this is taken for a longer line (and a line
 /// whose delay rose counts as full until then: it is, for a scheduler

@@ -6,7 +6,8 @@
 //! * a line far slower than the other (200 ms more delay) carries nothing
 //!   and the stream gets the fast line's rate;
 //! * a line that loses 3 % is still used, and what it loses is re-sent on
-//!   the other line before the inner TCP sees a loss.
+//!   the other line or rebuilt from parity sent there, before the inner
+//!   TCP sees a loss.
 //!
 //! The rates are low (tens of Mbit/s) so that a busy machine still
 //! reaches them; the thresholds leave room for one slow start.
@@ -105,20 +106,30 @@ fn losses_on_one_line_are_repaired_on_the_other() {
     let lost = extra_counter(&show_b["peers"][0]["extra"], "lost").unwrap_or(0);
     let asked = extra_counter(&show_b["peers"][0]["extra"], "repairs_asked").unwrap_or(0);
     let congestion = extra_counter(&show_a["peers"][0]["extra"], "resend_congestion").unwrap_or(0);
+    let parity_sent = extra_counter(&show_a["peers"][0]["extra"], "parity_sent").unwrap_or(0);
+    let parity_received =
+        extra_counter(&show_b["peers"][0]["extra"], "parity_received").unwrap_or(0);
+    let rebuilt = extra_counter(&show_b["peers"][0]["extra"], "rebuilt").unwrap_or(0);
     eprintln!(
         "[{test}] {:.1} Mbit/s; {lossy_tx} packets on the lossy line, b asked {asked} times, a re-sent {resent}, \
-         left {congestion} to the inner TCP as congestion (the fast line's full queue), b gave up {lost}",
+         left {congestion} to the inner TCP as congestion (the fast line's full queue), b gave up {lost}; \
+         a sent {parity_sent} parity messages, b received {parity_received} and rebuilt {rebuilt} packets",
         bps / 1e6
     );
     assert!(lossy_tx > 500, "{test}: the lossy line is used: {lossy_tx}");
     assert!(resent > 0 && asked > 0, "{test}: nothing was repaired");
+    assert!(
+        parity_sent > 0 && parity_received > 0 && parity_received <= parity_sent,
+        "{test}: a sent {parity_sent} parity messages, b received {parity_received}"
+    );
     // The lossy line loses about 3 % of what it carries; most of that is
-    // re-sent. (What the fast line drops from its full queue is not: that
-    // is the inner TCP's congestion signal, so `lost` is not judged.)
+    // re-sent or rebuilt (a rebuilt packet may also have been only late).
+    // What the fast line drops from its full queue is neither: that is the
+    // inner TCP's congestion signal, so `lost` is not judged.
     let own_losses = lossy_tx as f64 * 0.03;
     assert!(
-        resent as f64 > 0.5 * own_losses,
-        "{test}: re-sent {resent} of about {own_losses:.0} lost on the lossy line"
+        (resent + rebuilt) as f64 > 0.5 * own_losses,
+        "{test}: re-sent {resent} and rebuilt {rebuilt} of about {own_losses:.0} lost on the lossy line"
     );
     assert!(
         bps > 0.6 * 30e6,
