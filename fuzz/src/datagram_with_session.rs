@@ -11,6 +11,7 @@ use crate::steer;
 use braid_core::cipher::{write_data_header, DataCipher};
 use braid_core::crypto::TAG_LEN;
 use braid_core::ext::{Delivery, ExtMessage, ProbeBody, MAX_PAYLOAD};
+use braid_core::fec;
 use braid_core::messages::{DATA_HEADER_LEN, TYPE_BRAID};
 use std::time::Duration;
 
@@ -161,6 +162,13 @@ fn sealed_ext(pair: &Pair, input: &mut Input) -> Option<Vec<u8>> {
         sent_us: input.u64(),
         rx_probes: input.u32(),
     };
+    if shape % 8 == 7 {
+        let piece = parity_piece(input);
+        let mut out = vec![0u8; DATA_HEADER_LEN + piece.len() + TAG_LEN];
+        let n = kp.seal_ext_for_fuzzing(counter, &piece, &mut out);
+        out.truncate(n);
+        return Some(out);
+    }
     let mut payload = [0u8; MAX_PAYLOAD];
     let len = match shape % 7 {
         0 => ExtMessage::Hello {
@@ -202,4 +210,31 @@ fn sealed_ext(pair: &Pair, input: &mut Input) -> Option<Vec<u8>> {
     out.truncate(n);
     debug_assert_eq!(out[0], TYPE_BRAID);
     Some(out)
+}
+
+/// A parity piece (see `braid_core::fec`) with fuzzer-chosen fields, its
+/// bytes as long as its fields say (or not, on request), naming counters
+/// near the ones the fuzzer seals data with.
+fn parity_piece(input: &mut Input) -> Vec<u8> {
+    let members = 1 + input.u8() % fec::MAX_GROUP as u8;
+    let index = input.u8() % 3;
+    let mut v = vec![fec::KIND_PARITY, input.u8() % 4, members, index];
+    v.extend_from_slice(&u64::from(input.u16()).to_le_bytes());
+    let mut offset = 0u16;
+    for _ in 1..members {
+        offset = offset.saturating_add(1 + u16::from(input.u8() % 8));
+        v.extend_from_slice(&offset.to_le_bytes());
+    }
+    let parity_len = input.u16() % 1600;
+    v.extend_from_slice(&input.u16().to_le_bytes());
+    v.extend_from_slice(&parity_len.to_le_bytes());
+    let n = if input.bool() {
+        fec::piece_len(usize::from(parity_len), usize::from(index))
+    } else {
+        input.u16() as usize % (2 * fec::PIECE_MAX)
+    };
+    let bytes = input.bytes(n);
+    v.extend_from_slice(bytes);
+    v.resize(v.len() + n - bytes.len(), 0);
+    v
 }

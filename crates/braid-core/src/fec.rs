@@ -68,6 +68,11 @@ pub fn pieces(parity_len: usize) -> usize {
     }
 }
 
+/// How many bytes piece `i` of a parity of `parity_len` bytes carries.
+pub fn piece_len(parity_len: usize, i: usize) -> usize {
+    piece_range(parity_len, i).len()
+}
+
 /// The bytes of piece `i` of a parity of `parity_len` bytes.
 fn piece_range(parity_len: usize, i: usize) -> std::ops::Range<usize> {
     let half = parity_len.div_ceil(pieces(parity_len));
