@@ -25,9 +25,9 @@
 //! first member's counter), `members - 1` offsets (u16, each member's
 //! counter minus `first`, increasing), `len_xor` (u16, the XOR of the
 //! members' plaintext lengths), `parity_len` (u16, the longest), then the
-//! piece's bytes: piece `i` of `pieces(parity_len)` covers
-//! `i * half..min((i + 1) * half, parity_len)`, `half` the length rounded
-//! up to half.
+//! piece's bytes: the parity goes in as few pieces of at most `PIECE_MAX`
+//! bytes as it fits, all as long as each other but the last (`pieces`,
+//! `piece_len`).
 
 use crate::path::MAX_PATHS;
 use std::time::{Duration, Instant};
@@ -56,16 +56,15 @@ const RX_GROUP_LIFETIME: Duration = Duration::from_secs(1);
 /// A line the peer sent parity for is protected (its arrivals kept) this
 /// long after the latest parity.
 const PROTECT_FOR: Duration = Duration::from_secs(2);
-/// The longest plaintext a parity covers.
-const MAX_PLAIN: usize = 2 * PIECE_MAX;
+/// The most pieces of one parity (`RxGroup::have` has a bit for each).
+const MAX_PIECES: usize = 4;
+/// The longest plaintext a parity covers (an MTU of 2880; longer packets
+/// go unprotected).
+const MAX_PLAIN: usize = MAX_PIECES * PIECE_MAX;
 
 /// How many pieces a parity of `parity_len` bytes goes in.
 pub fn pieces(parity_len: usize) -> usize {
-    if parity_len <= PIECE_MAX {
-        1
-    } else {
-        2
-    }
+    parity_len.div_ceil(PIECE_MAX).max(1)
 }
 
 /// How many bytes piece `i` of a parity of `parity_len` bytes carries.
@@ -75,9 +74,9 @@ pub fn piece_len(parity_len: usize, i: usize) -> usize {
 
 /// The bytes of piece `i` of a parity of `parity_len` bytes.
 fn piece_range(parity_len: usize, i: usize) -> std::ops::Range<usize> {
-    let half = parity_len.div_ceil(pieces(parity_len));
-    let start = (i * half).min(parity_len);
-    start..(start + half).min(parity_len)
+    let size = parity_len.div_ceil(pieces(parity_len));
+    let start = (i * size).min(parity_len);
+    start..(start + size).min(parity_len)
 }
 
 fn xor_into(acc: &mut [u8], bytes: &[u8]) {
@@ -111,8 +110,10 @@ impl Parity {
         self.first = first;
         self.members = 0;
         self.len_xor = 0;
+        // Only the previous group's bytes are not zero.
+        let used = self.len.min(self.bytes.len());
+        self.bytes[..used].fill(0);
         self.len = 0;
-        self.bytes.fill(0);
     }
 
     /// Writes piece `i` of the parity; returns the payload's length.
@@ -543,6 +544,29 @@ mod tests {
             assert!(dec.rebuild(now, 7, received).is_none(), "once");
             assert!(dec.protects(now, 1) && !dec.protects(now, 0));
         }
+    }
+
+    #[test]
+    fn long_packets_go_in_more_pieces_and_longer_ones_unprotected() {
+        let now = Instant::now();
+        let members: Vec<(u64, usize)> = (0..GROUP as u64).map(|i| (i, 2000)).collect();
+        let out = encode(now, &members);
+        assert_eq!(out.len(), 3);
+        let mut dec = ParityDecoder::default();
+        for &(c, len) in &members[1..] {
+            dec.keep(7, c, &plain(c, len));
+        }
+        for p in &out {
+            assert!(
+                dec.rebuild(now, 7, |_| false).is_none(),
+                "before every piece"
+            );
+            dec.add_piece(now, 7, 1, &Piece::decode(p).unwrap());
+        }
+        let (c, _, bytes) = dec.rebuild(now, 7, |c| c != 0).unwrap();
+        assert_eq!((c, bytes), (0, &plain(0, 2000)[..]));
+        let too_long: Vec<(u64, usize)> = (0..GROUP as u64).map(|i| (i, MAX_PLAIN + 1)).collect();
+        assert!(encode(now, &too_long).is_empty());
     }
 
     #[test]
