@@ -527,9 +527,10 @@ fn losses_on_one_line_are_rebuilt_from_parity_before_a_repair_comes() {
     // About 370 packets a second on line 2, 2 % of them lost, for 4 s;
     // most of what is rebuilt was only late (rebuilt before it came).
     assert!(sent > 100 && rebuilt > 30, "sent {sent}, rebuilt {rebuilt}");
-    // Seen: 11 against 1733.
+    // Seen: 166 against 1733 (17 while parity stopped at a 5 ms queue;
+    // on the bench 10 ms did a little better).
     assert!(
-        late * 10 < late_off,
+        late * 5 < late_off,
         "{late} packets over 60 ms with parity, {late_off} without"
     );
 }
