@@ -37,14 +37,19 @@ impl Device {
         if p.parity_session != Some(session) {
             return;
         }
-        let quickest = p.quickest_path();
         // Not while the line queues: what it drops then is congestion, for
         // the inner TCP to see, even on a line that also loses of its own.
+        // (Checked first: most packets go on clean lines, and finding the
+        // quickest line looks at every path.)
         let protected = p.paths.get(path).is_some_and(|x| {
             x.own_loss() >= OWN_LOSS
                 && x.outbound.queueing_delay().unwrap_or_default() <= PROTECT_QUEUE_MAX
         });
-        if path == quickest || !protected {
+        if !protected {
+            return;
+        }
+        let quickest = p.quickest_path();
+        if path == quickest {
             return;
         }
         let (line, remote) = (p.paths[quickest].line, p.paths[quickest].remote);
@@ -96,8 +101,8 @@ impl Device {
                     len
                 });
                 out.set_line(out.len() - 1, q.line);
-                // Planned into the line's queue with its data (bytes, not
-                // packets: the line's loss is counted in data messages).
+                // Counted in the line's sent bytes, as its data is (bytes,
+                // not packets: the line's loss is counted in data messages).
                 let p = self.peers[q.pid].as_mut().expect("has a session");
                 if let Some(path) = p
                     .paths
