@@ -15,6 +15,7 @@
 
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
 use braid_core::path::Mode;
+use braid_core::repair::OWN_LOSS;
 use braid_core::testing::{Net, NodeId, Socket, A, B};
 use braid_netem::link::{LinkModel, LinkParams, QueueLimit};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -603,19 +604,28 @@ fn an_idle_line_is_measured_by_probe_trains() {
 
 /// Two clean lines that a bursty stream fills and drains again (TCP's saw
 /// tooth, sharper): what they drop is congestion, and a drop-tail queue
-/// drops at its peak, between probes. B cannot tell which line carried an
-/// older gap and asks; A re-sends none of it (re-sent, it would hide the
-/// congestion from the inner TCP) and says so at once (`NoRepair`), so a
-/// gap waits about a round trip behind the full queues, not the repair
-/// wait (before `NoRepair`: 620 gaps, 300 ms each, 8 of them the hold).
+/// drops at its peak, between probes. Its probes are dropped too, and
+/// neither end may read that as the line's own loss (it did: line 2 read
+/// 1-2 %, so B asked for repairs of 605 gaps and the gaps waited 55 s in
+/// all; now none are asked for and they wait 13 s). Were one asked for, A
+/// re-sends none of it (re-sent, it would hide the congestion from the
+/// inner TCP) and says so at once (`NoRepair`), so a gap waits about a
+/// round trip behind the full queues, not the repair wait (before
+/// `NoRepair`: 620 gaps, 300 ms each, 8 of them the hold).
 #[test]
 fn congestion_drops_are_not_repaired_and_their_gaps_do_not_wait_for_repairs() {
     let mut net = net(Mode::Aggregate, capped(20.0, 10), capped(5.0, 40), 27);
     establish(&mut net);
     let mut next = load(&mut net, 0, 10.0, Duration::from_secs(1));
+    // The largest loss A reads on either line: its own, and its probes'.
+    let (mut own, mut probes) = (0.0f64, 0.0f64);
     for _ in 0..16 {
         next = load(&mut net, next, 40.0, Duration::from_millis(150));
         next = load(&mut net, next, 4.0, Duration::from_millis(200));
+        for p in &net.peer_info(A).paths {
+            own = own.max(p.own_loss());
+            probes = probes.max(p.loss());
+        }
     }
     net.run_for(Duration::from_secs(1));
     let dropped = u64::from(next) - arrived(&net, 0, next) as u64;
@@ -629,6 +639,10 @@ fn congestion_drops_are_not_repaired_and_their_gaps_do_not_wait_for_repairs() {
         a.resent, a.resend_congestion, a.parity_sent, b.reorder.repairs_asked, b.rebuilt
     );
     assert!(dropped > 200, "the bursts overflow the lines: {dropped}");
+    // The full queues drop probes too (line 2 reads 1-2 % probe loss),
+    // but neither line loses anything of its own.
+    assert!(probes > 0.01, "probe loss {probes}");
+    assert!(own < OWN_LOSS, "a clean line read {own} of its own loss");
     assert!(
         a.resent <= dropped / 20,
         "re-sent {} of {dropped} congestion drops",

@@ -80,6 +80,14 @@ const LOSS_MEMORY: f64 = 0.95;
 /// Data packets (decayed) the loss estimate needs before it says anything:
 /// one lost packet among the first fifty is no 2 % loss.
 const MIN_LOSS_SAMPLE: f64 = 300.0;
+/// Per echo, what the probe loss estimate keeps of its past (about a
+/// hundred probes, five seconds).
+const PROBE_LOSS_MEMORY: f64 = 0.99;
+/// Probes (decayed) the probe loss estimate needs before it says anything.
+const MIN_PROBE_SAMPLE: f64 = 20.0;
+/// Echoes further apart in sequence than this start the count over (a
+/// path that was down, or a peer that started over).
+const MAX_PROBE_GAP: u32 = 64;
 /// Probes whose send-time counts are kept until their echo comes back (a
 /// round trip of up to 16 probe intervals, 0.8 s).
 const SNAPSHOTS: usize = 16;
@@ -244,6 +252,11 @@ pub struct Outbound {
     /// Data loss, decayed: packets lost and sent.
     lost: f64,
     sent: f64,
+    /// Probe loss while the line did not queue, decayed: probes lost and
+    /// sent, and the newest probe echoed.
+    probes_lost: f64,
+    probes_sent: f64,
+    last_echo: Option<u32>,
     /// What this side sends on the path, bytes per second (smoothed), and
     /// where the last tick measured it from.
     send_rate: f64,
@@ -273,6 +286,9 @@ impl Default for Outbound {
             limited: false,
             lost: 0.0,
             sent: 0.0,
+            probes_lost: 0.0,
+            probes_sent: 0.0,
+            last_echo: None,
             send_rate: 0.0,
             send_mark: None,
             train: None,
@@ -315,6 +331,14 @@ impl Outbound {
     /// Data loss, once enough data was sent to tell.
     pub fn loss_if_known(&self) -> Option<f64> {
         (self.sent >= MIN_LOSS_SAMPLE).then(|| self.loss())
+    }
+
+    /// Loss of our probes (or their echoes) while the line did not queue,
+    /// once enough were sent to tell: what a line that carries too little
+    /// data to measure loses of its own.
+    pub fn quiet_probe_loss_if_known(&self) -> Option<f64> {
+        (self.probes_sent >= MIN_PROBE_SAMPLE)
+            .then(|| (self.probes_lost / self.probes_sent).clamp(0.0, 1.0))
     }
 
     /// The line's queue now: smoothed one-way delay above its base.
@@ -464,6 +488,7 @@ impl Outbound {
         // which a probe every 50 ms rarely sees).
         let congested = queued || self.last_queue > QUEUE_FULL;
         self.last_queue = queue;
+        self.count_probe_losses(seq, congested);
         let sent_before = snapshot.map(|(n, _)| n);
         let Some((last, last_sent)) = self.last else {
             self.last = Some((report, sent_before));
@@ -535,6 +560,32 @@ impl Outbound {
 }
 
 impl Outbound {
+    /// The echo of probe `seq` came: the probes sent since the last echo
+    /// that did not come back are lost, and counted as the line's own
+    /// unless it queued at either end (`congested`), by the rule the data
+    /// loss follows. A drop-tail queue drops probes too: taken for the
+    /// line's own loss, a clean line that carries a burst would read as
+    /// lossy, and its congestion drops would be re-sent.
+    fn count_probe_losses(&mut self, seq: u32, congested: bool) {
+        let Some(last) = self.last_echo else {
+            self.last_echo = Some(seq);
+            return;
+        };
+        let ahead = seq.wrapping_sub(last);
+        let behind = last.wrapping_sub(seq);
+        if behind <= MAX_PROBE_GAP {
+            return; // a duplicate or reordered echo
+        }
+        // Far ahead or far behind: the count starts over from here.
+        self.last_echo = Some(seq);
+        if ahead > MAX_PROBE_GAP || congested {
+            return;
+        }
+        let lost = f64::from(ahead - 1);
+        self.probes_lost = self.probes_lost * PROBE_LOSS_MEMORY + lost;
+        self.probes_sent = self.probes_sent * PROBE_LOSS_MEMORY + lost + 1.0;
+    }
+
     /// The scheduler planned a queue of `planned` on the line when a probe
     /// left, and the probe found `found_us` (microseconds): the line
     /// dropped what did not fit, or queues traffic of others, or its delay

@@ -285,9 +285,19 @@ impl Path {
 
     /// What the line loses of its own (not from a full queue): the data
     /// loss measured while it was not full, or, before enough data went
-    /// on it, its probes' loss.
+    /// on it, its probes' loss while it was not full. A peer that reports
+    /// no deliveries says nothing about queues: then all probe loss.
     pub fn own_loss(&self) -> f64 {
-        self.outbound.loss_if_known().unwrap_or_else(|| self.loss())
+        self.outbound
+            .loss_if_known()
+            .or_else(|| self.outbound.quiet_probe_loss_if_known())
+            .unwrap_or_else(|| {
+                if self.outbound.is_measured() {
+                    0.0
+                } else {
+                    self.loss()
+                }
+            })
     }
 
     /// Loss of our probes on the way to the peer (from its reported count).

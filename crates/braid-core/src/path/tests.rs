@@ -264,3 +264,81 @@ mod scheduler {
         assert!((0.14..0.18).contains(&share), "{share}: {got:?}");
     }
 }
+
+/// Probes echoed every 50 ms with the one-way delay `queue_ms` above the
+/// line's 10 ms; those for which `lost(seq)` holds never come back.
+fn echo_probes(
+    p: &mut Path,
+    now: &mut Instant,
+    count: u32,
+    queue_ms: u64,
+    lost: impl Fn(u32) -> bool,
+) {
+    for _ in 0..count {
+        *now += PROBE_INTERVAL;
+        let seq = p.take_probe_seq_at(*now);
+        if lost(seq) {
+            continue;
+        }
+        let sent_us = u64::from(seq) * 50_000;
+        let report = Delivery {
+            received_us: sent_us + 10_000 + queue_ms * 1000,
+            data_bytes: 0,
+            data_packets: 0,
+        };
+        p.on_echo(*now, seq, *now - Duration::from_millis(20), seq + 1);
+        p.outbound.on_report(*now, seq, sent_us, report);
+    }
+}
+
+#[test]
+fn probes_a_full_queue_drops_are_not_the_lines_own_loss() {
+    let mut now = Instant::now();
+    let mut p = path();
+    // An idle clean line, then a queue of 60 ms that drops every fifth
+    // probe: the round-trip probe loss sees the drops, the line's own
+    // loss does not.
+    echo_probes(&mut p, &mut now, 40, 0, |_| false);
+    assert_eq!(p.own_loss(), 0.0);
+    echo_probes(&mut p, &mut now, 40, 60, |s| s.is_multiple_of(5));
+    assert!(p.loss() > 0.05, "{}", p.loss());
+    assert_eq!(p.own_loss(), 0.0);
+    // The queue gone, every tenth probe still lost: the line's own.
+    echo_probes(&mut p, &mut now, 100, 0, |s| s.is_multiple_of(10));
+    let own = p.own_loss();
+    assert!((0.05..0.15).contains(&own), "{own}");
+    // Echoes reordered or far ahead (a path that was down) add nothing.
+    let before = p.outbound.quiet_probe_loss_if_known();
+    let seq = p.take_probe_seq_at(now);
+    let far = seq + 1000;
+    for s in [seq.wrapping_sub(5), far] {
+        let report = Delivery {
+            received_us: u64::from(s) * 50_000 + 10_000,
+            data_bytes: 0,
+            data_packets: 0,
+        };
+        p.outbound.on_report(now, s, u64::from(s) * 50_000, report);
+    }
+    assert_eq!(p.outbound.quiet_probe_loss_if_known(), before);
+    // ...and the count goes on from the echoes that follow.
+    for _ in 0..1001 {
+        p.take_probe_seq();
+    }
+    echo_probes(&mut p, &mut now, 100, 0, |_| false);
+    assert!(p.own_loss() < own, "{}", p.own_loss());
+}
+
+#[test]
+fn a_peer_without_reports_reads_all_probe_loss_as_the_lines() {
+    let mut now = Instant::now();
+    let mut p = path();
+    for _ in 0..40 {
+        now += PROBE_INTERVAL;
+        let seq = p.take_probe_seq_at(now);
+        if !seq.is_multiple_of(4) {
+            p.on_echo(now, seq, now - Duration::from_millis(20), seq + 1);
+        }
+    }
+    assert!(!p.outbound.is_measured());
+    assert!(p.own_loss() > 0.2, "{}", p.own_loss());
+}
