@@ -60,6 +60,17 @@ const SILENCE: Duration = Duration::from_millis(250);
 /// the time between: what it delivered then is what it can carry. (One
 /// probe behind a burst finds a queue too; two in a row do not.)
 const QUEUE_FULL: Duration = Duration::from_millis(5);
+/// A drop-tail queue drops only when it is full: an interval counts
+/// towards the line's own loss while the queue at both of its ends stayed
+/// below this share of the largest seen (and at least `QUEUE_FULL`). A
+/// line the scheduler keeps busy has a standing queue of a few
+/// milliseconds, far from full, and what it loses then is its own.
+const NEAR_FULL_SHARE: f64 = 0.5;
+/// ...and never rises above this (one absurd sample, from a clock that
+/// jumped, must not make every drop the line's own).
+const NEAR_FULL_MAX: Duration = Duration::from_millis(250);
+/// Window of the largest queue seen, taken as what the line holds.
+const QUEUE_MAX_WINDOW: Duration = Duration::from_secs(30);
 /// Window of the minimum one-way delay taken as the line's base delay: a
 /// queue lasting longer than this is taken for a longer line (and a line
 /// whose delay rose counts as full until then: it is, for a scheduler
@@ -243,6 +254,8 @@ pub struct Outbound {
     delay: SmoothedDelay,
     base: Windowed<i64>,
     propagation: Windowed<i64>,
+    /// The largest queue probes found, microseconds.
+    queue_max: Windowed<i64>,
     /// The scheduler's clock for this line: when it will have sent all the
     /// data given to it, at the estimated rate.
     pub(super) busy_until: Option<Instant>,
@@ -282,6 +295,7 @@ impl Default for Outbound {
             delay: SmoothedDelay::default(),
             base: Windowed::min(BASE_WINDOW),
             propagation: Windowed::min(PROPAGATION_WINDOW),
+            queue_max: Windowed::max(QUEUE_MAX_WINDOW),
             busy_until: None,
             limited: false,
             lost: 0.0,
@@ -483,10 +497,14 @@ impl Outbound {
         let queue = Duration::from_micros(queue_us.max(0) as u64);
         let queued = queue > QUEUE_FULL;
         let full = queued && self.last_queue > QUEUE_FULL;
-        // A queue at either end of the interval: the line may have filled
-        // and dropped in between (a drop-tail queue drops at its peak,
-        // which a probe every 50 ms rarely sees).
-        let congested = queued || self.last_queue > QUEUE_FULL;
+        // A queue near full at either end of the interval: the line may
+        // have filled and dropped in between (a drop-tail queue drops at
+        // its peak, which a probe every 50 ms rarely sees).
+        self.queue_max.update(now, queue_us);
+        let largest = self.queue_max.get().unwrap_or(0).max(0) as u64;
+        let near_full = Duration::from_micros((largest as f64 * NEAR_FULL_SHARE) as u64)
+            .clamp(QUEUE_FULL, NEAR_FULL_MAX);
+        let congested = queue > near_full || self.last_queue > near_full;
         self.last_queue = queue;
         self.count_probe_losses(seq, congested);
         let sent_before = snapshot.map(|(n, _)| n);
@@ -526,7 +544,7 @@ impl Outbound {
             .map_or(delivered, |(dt2, bytes2)| {
                 bytes2 as f64 / (dt2 as f64 / 1e6)
             });
-        // Loss is the line's own only while it has no queue: a full line
+        // Loss is the line's own only while it is not near full: a full line
         // drops what it cannot carry, and that says nothing about its
         // quality. Taken for a loss of its own, a congestion drop would be
         // re-sent on the other line and the window would wait a round trip
@@ -562,7 +580,7 @@ impl Outbound {
 impl Outbound {
     /// The echo of probe `seq` came: the probes sent since the last echo
     /// that did not come back are lost, and counted as the line's own
-    /// unless it queued at either end (`congested`), by the rule the data
+    /// unless it was near full at either end (`congested`), by the rule the data
     /// loss follows. A drop-tail queue drops probes too: taken for the
     /// line's own loss, a clean line that carries a burst would read as
     /// lossy, and its congestion drops would be re-sent.

@@ -291,13 +291,7 @@ impl Path {
         self.outbound
             .loss_if_known()
             .or_else(|| self.outbound.quiet_probe_loss_if_known())
-            .unwrap_or_else(|| {
-                if self.outbound.is_measured() {
-                    0.0
-                } else {
-                    self.loss()
-                }
-            })
+            .unwrap_or_else(|| self.loss())
     }
 
     /// Loss of our probes on the way to the peer (from its reported count).
