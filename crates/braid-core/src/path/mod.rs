@@ -284,9 +284,12 @@ impl Path {
     }
 
     /// What the line loses of its own (not from a full queue): the data
-    /// loss measured while it was not full, or, before enough data went
-    /// on it, its probes' loss while it was not full. A peer that reports
-    /// no deliveries says nothing about queues: then all probe loss.
+    /// loss measured while it was not near full, or, before enough data
+    /// went on it, its probes' loss while it was not near full. Until
+    /// enough of either was seen (the first second of a path, or a peer
+    /// that reports no deliveries), all its probe loss: a lossy line left
+    /// unrepaired at the start costs the inner TCP its window, a clean one
+    /// taken for lossy only a few re-sends.
     pub fn own_loss(&self) -> f64 {
         self.outbound
             .loss_if_known()
