@@ -278,6 +278,8 @@ pub struct Outbound {
     /// report for the first once it came.
     train: Option<(u32, u32, Option<Delivery>)>,
     train_at: Option<Instant>,
+    /// The latest train's first and last probe, kept after its reports.
+    last_train: Option<(u32, u32)>,
 }
 
 impl Default for Outbound {
@@ -307,6 +309,7 @@ impl Default for Outbound {
             send_mark: None,
             train: None,
             train_at: None,
+            last_train: None,
         }
     }
 }
@@ -406,6 +409,7 @@ impl Outbound {
     pub fn on_train_sent(&mut self, now: Instant, first: u32, last: u32) {
         self.train = Some((first, last, None));
         self.train_at = Some(now);
+        self.last_train = Some((first, last));
     }
 
     /// The peer's report for a probe of the train in flight: the first
@@ -506,7 +510,7 @@ impl Outbound {
             .clamp(QUEUE_FULL, NEAR_FULL_MAX);
         let congested = queue > near_full || self.last_queue > near_full;
         self.last_queue = queue;
-        self.count_probe_losses(seq, congested);
+        let congested = !self.count_probe_losses(seq, congested) || congested;
         let sent_before = snapshot.map(|(n, _)| n);
         let Some((last, last_sent)) = self.last else {
             self.last = Some((report, sent_before));
@@ -584,24 +588,43 @@ impl Outbound {
     /// loss follows. A drop-tail queue drops probes too: taken for the
     /// line's own loss, a clean line that carries a burst would read as
     /// lossy, and its congestion drops would be re-sent.
-    fn count_probe_losses(&mut self, seq: u32, congested: bool) {
+    ///
+    /// Returns false when two probes or more in a row were lost since the
+    /// last echo: the queue may have filled and drained again between
+    /// the two that came back (a line that loses 2 % of its own loses two
+    /// in a row once in 2500), so neither their loss nor the data's of
+    /// that interval is counted.
+    fn count_probe_losses(&mut self, seq: u32, congested: bool) -> bool {
         let Some(last) = self.last_echo else {
             self.last_echo = Some(seq);
-            return;
+            return true;
         };
         let ahead = seq.wrapping_sub(last);
         let behind = last.wrapping_sub(seq);
         if behind <= MAX_PROBE_GAP {
-            return; // a duplicate or reordered echo
+            return true; // a duplicate or reordered echo
         }
         // Far ahead or far behind: the count starts over from here.
         self.last_echo = Some(seq);
-        if ahead > MAX_PROBE_GAP || congested {
-            return;
+        if ahead > MAX_PROBE_GAP || ahead > 2 {
+            return false;
         }
-        let lost = f64::from(ahead - 1);
-        self.probes_lost = self.probes_lost * PROBE_LOSS_MEMORY + lost;
-        self.probes_sent = self.probes_sent * PROBE_LOSS_MEMORY + lost + 1.0;
+        // A train's probe follows its filler, sent back to back at the
+        // line's estimate: a short queue may drop it, and that says
+        // nothing about the line.
+        let missing = last.wrapping_add(1);
+        let of_train = self
+            .last_train
+            .is_some_and(|(first, end)| missing.wrapping_sub(first) <= end.wrapping_sub(first));
+        if ahead == 2 && of_train {
+            return false;
+        }
+        if !congested {
+            let lost = f64::from(ahead - 1);
+            self.probes_lost = self.probes_lost * PROBE_LOSS_MEMORY + lost;
+            self.probes_sent = self.probes_sent * PROBE_LOSS_MEMORY + lost + 1.0;
+        }
+        true
     }
 
     /// The scheduler planned a queue of `planned` on the line when a probe
