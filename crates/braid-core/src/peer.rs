@@ -50,9 +50,6 @@ pub struct PeerCounters {
     pub ext_rejected: u64,
     /// Packets to this peer dropped for exceeding its `RateLimit`.
     pub rate_dropped_tx: u64,
-    /// Packets to this peer dropped before sealing because every line was
-    /// queued past `path::SHED_BACKLOG` (aggregate mode).
-    pub shed_tx: u64,
     /// Packets longer than this peer's path MTU, answered with ICMP "too
     /// big" instead of sent.
     pub too_big: u64,

@@ -14,7 +14,7 @@
 //! scheduler and the reorder window make of them.
 
 use braid_core::messages::{TYPE_DATA, TYPE_DATA_AES};
-use braid_core::path::{Mode, SHED_BACKLOG};
+use braid_core::path::Mode;
 use braid_core::repair::OWN_LOSS;
 use braid_core::testing::{Net, NodeId, Socket, A, B};
 use braid_netem::link::{LinkModel, LinkParams, QueueLimit};
@@ -607,18 +607,42 @@ fn an_idle_line_is_measured_by_probe_trains() {
     assert_eq!(data_on_line(&net, 2, mark), 0);
 }
 
+/// Two clean lines that a bursty stream fills and drains again (TCP's saw
+/// tooth, sharper): what they drop is congestion, and a drop-tail queue
+/// drops at its peak, between probes. Its probes are dropped too, and
+/// neither end may read that as the line's own loss (it did: line 2 read
+/// 1-2 %, so B asked for repairs of 605 gaps and the gaps waited 55 s in
+/// all; now none are asked for and they wait 13 s). Were one asked for, A
+/// re-sends none of it (re-sent, it would hide the congestion from the
+/// inner TCP) and says so at once (`NoRepair`), so a gap waits about a
+/// round trip behind the full queues, not the repair wait (before
+/// `NoRepair`: 620 gaps, 300 ms each, 8 of them the hold).
+#[test]
+fn congestion_drops_are_not_repaired_and_their_gaps_do_not_wait_for_repairs() {
+    congestion_drops(100);
+}
+
+/// The same on lines that queue only 40 ms. A probe train's second probe
+/// follows its filler, sent back to back at the line's estimate; such a
+/// short queue dropped it while the probes around it found no queue, and
+/// a clean line read up to 34 % of its own loss: A re-sent 129 congestion
+/// drops, and 2325 gaps waited the whole hold. A train's lost probe, and
+/// an interval that lost two probes in a row, now say nothing of the
+/// line's own loss.
+#[test]
+fn congestion_drops_on_short_queues_are_not_repaired_either() {
+    congestion_drops(40);
+}
+
 /// 20 Mbit/s 10 ms and 5 Mbit/s 40 ms with drop-tail queues of
-/// `queue_ms`, and a bursty stream that fills and drains them again (TCP's
-/// saw tooth, sharper): 1 s at 10 Mbit/s, then 16 times 150 ms at 40 and
-/// 200 ms at 4, and a second to drain. Returns the net, the next packet
-/// number, and the largest loss A read on either line meanwhile: its own,
-/// and its probes'.
-fn bursts(queue_ms: u64) -> (Net, u32, f64, f64) {
+/// `queue_ms`, and bursts beyond what they carry.
+fn congestion_drops(queue_ms: u64) {
     let line1 = capped_queue(20.0, 10, queue_ms);
     let line2 = capped_queue(5.0, 40, queue_ms);
     let mut net = net(Mode::Aggregate, line1, line2, 27);
     establish(&mut net);
     let mut next = load(&mut net, 0, 10.0, Duration::from_secs(1));
+    // The largest loss A reads on either line: its own, and its probes'.
     let (mut own, mut probes) = (0.0f64, 0.0f64);
     for _ in 0..16 {
         next = load(&mut net, next, 40.0, Duration::from_millis(150));
@@ -629,57 +653,6 @@ fn bursts(queue_ms: u64) -> (Net, u32, f64, f64) {
         }
     }
     net.run_for(Duration::from_secs(1));
-    (net, next, own, probes)
-}
-
-/// The bursts of `bursts` on lines that queue 100 ms (what `braid bench
-/// lines` makes): A keeps what it gives each line below `SHED_BACKLOG`
-/// and drops what comes beyond before sealing it, so no line's queue
-/// overflows and B's window finds no gap to wait for; what is left arrives
-/// in order. (Before, the lines' queues dropped 645 and B's window waited
-/// 13 s for the 618 gaps they left; with the inner TCP's stream held for
-/// every one. In the `lossy` row of `braid bench lines` with cubic that
-/// was 93-95 Mbit/s, and 98-101 with shedding.)
-#[test]
-fn a_burst_beyond_the_lines_is_dropped_before_sealing_and_leaves_no_gap() {
-    assert!(SHED_BACKLOG < Duration::from_millis(100));
-    let (net, next, own, _) = bursts(100);
-    let dropped = u64::from(next) - arrived(&net, 0, next) as u64;
-    let a = net.peer_info(A);
-    let b = net.peer_info(B);
-    let g = b.reorder_gaps;
-    eprintln!(
-        "{next} sent, {dropped} dropped, {} of them by A before sealing; gaps {g:?}",
-        a.counters.shed_tx
-    );
-    assert!(dropped > 200, "the bursts are more than the lines carry");
-    assert!(
-        a.counters.shed_tx >= dropped * 98 / 100,
-        "A dropped {} of {dropped}",
-        a.counters.shed_tx
-    );
-    let gaps = g.by_hold + g.by_bounds + g.by_paths;
-    assert!(gaps <= dropped / 50, "{gaps} gaps");
-    assert!(own < OWN_LOSS, "a clean line read {own} of its own loss");
-    assert_eq!(in_order(&got(&net, B)), None);
-}
-
-/// The same bursts on lines that queue 40 ms, less than A queues before it
-/// drops (`SHED_BACKLOG`): the lines' queues overflow, and what they drop
-/// is congestion. A drop-tail queue drops at its peak, between probes, and
-/// its probes go too; neither end may read that as the line's own loss
-/// (it did: line 2 read 1-2 % from its probes, so B asked for repairs of
-/// 605 gaps; and the second probe of a probe train, behind filler sent at
-/// the line's estimate, overflowed the short queue and read as 2.5 %).
-/// Were a repair asked for, A re-sends none of it (re-sent, it would hide
-/// the congestion from the inner TCP) and says so at once (`NoRepair`), so
-/// a gap waits about a round trip behind the full queues, not the repair
-/// wait (before `NoRepair`: 620 gaps, 300 ms each, 8 of them the hold).
-#[test]
-fn congestion_drops_are_not_repaired_and_their_gaps_do_not_wait_for_repairs() {
-    let queue = 40;
-    assert!(Duration::from_millis(queue) < SHED_BACKLOG);
-    let (net, next, own, probes) = bursts(queue);
     let dropped = u64::from(next) - arrived(&net, 0, next) as u64;
     let a = net.peer_info(A);
     let b = net.peer_info(B);

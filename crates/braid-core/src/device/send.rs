@@ -101,22 +101,6 @@ impl Device {
             let sendable = p.staged.is_empty()
                 && !p.paths.is_empty()
                 && p.keypairs.current.as_ref().is_some_and(|k| k.is_valid(now));
-            let wire_len = DATA_HEADER_LEN + padded_len(len, mtu) + crate::crypto::TAG_LEN;
-            if sendable
-                && !split
-                && p.speaks_braid()
-                && crate::path::sheds(
-                    p.mode,
-                    &p.paths,
-                    now,
-                    wire_len,
-                    p.sent_copies.is_some() && p.repairs_losses(),
-                )
-            {
-                p.counters.shed_tx = p.counters.shed_tx.saturating_add(1);
-                batch.consume(i);
-                continue;
-            }
             if !sendable || split {
                 p.stage(packet);
                 batch.consume(i);

@@ -14,7 +14,7 @@ pub mod estimate;
 mod schedule;
 
 pub use estimate::{Delivery, Inbound, Outbound};
-pub use schedule::{earliest_small, select, sheds, LOSSY, MAX_BACKLOG, SHED_BACKLOG};
+pub use schedule::{earliest_small, select, LOSSY, MAX_BACKLOG};
 
 /// Paths per peer (configured and learned together).
 pub const MAX_PATHS: usize = 8;

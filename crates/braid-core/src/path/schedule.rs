@@ -43,14 +43,6 @@ use std::time::{Duration, Instant};
 /// delay above the quickest line's that a line may have to be used at all
 /// (the receiver's reorder window waits that long for a line that is idle).
 pub const MAX_BACKLOG: Duration = Duration::from_millis(150);
-/// In aggregate mode a packet that would wait longer than this in the
-/// queue of the line where it arrives first is dropped before it is
-/// sealed. It takes no counter, so the peer's reorder window has no gap to
-/// wait for: the inner TCP learns of the loss from the next packet, at
-/// once, as it would from a router's queue; a drop in a line's own queue
-/// instead holds the whole stream until that line has passed it, up to
-/// its queue's length.
-pub const SHED_BACKLOG: Duration = Duration::from_millis(60);
 /// A line whose clock was this far ahead when it was given a packet was
 /// busy at its estimated rate: if it still shows no queue, the estimate is
 /// low (see `Outbound::on_report`).
@@ -108,22 +100,6 @@ pub fn select(
             }
             None => 0,
         },
-    }
-}
-
-/// Whether a packet of `len` bytes to a peer in aggregate mode is to be
-/// dropped at `now` (see [`SHED_BACKLOG`]): the line where it arrives
-/// first has that much queued already.
-pub fn sheds(mode: Mode, paths: &[Path], now: Instant, len: usize, repairs: bool) -> bool {
-    if mode != Mode::Aggregate {
-        return false;
-    }
-    let any_up = paths.iter().any(Path::is_up);
-    let usable = |p: &Path| !any_up || p.is_up();
-    let candidate = candidates(paths, if repairs { LOSSY_REPAIRED } else { LOSSY }, usable);
-    match plan(paths, now, len, &candidate) {
-        Plan::Arrives(i) => paths[i].outbound.backlog(now) > SHED_BACKLOG,
-        Plan::Unmeasured(_) => false,
     }
 }
 

@@ -165,7 +165,7 @@ fn counters_saturate() {
 
 mod scheduler {
     use super::*;
-    use crate::path::schedule::{sheds, MAX_BACKLOG, SHED_BACKLOG};
+    use crate::path::schedule::MAX_BACKLOG;
     use proptest::prelude::*;
 
     /// Two up paths with estimates (bytes/s, one-way delay µs); `None`:
@@ -244,49 +244,6 @@ mod scheduler {
             let mut ps = paths(t0, [Some((rate, 1_000)), Some((slow, 1_000 + extra_ms * 1_000))]);
             let got = offer(&mut ps, t0, load * rate, 1400, 0.5);
             prop_assert_eq!(got[1], 0.0);
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(32))]
-
-        /// Offered more than both lines carry, aggregate mode drops what
-        /// would queue beyond SHED_BACKLOG where it arrives first, before
-        /// sealing: no line is given more than its estimate plus that
-        /// queue, and what is kept fills the lines. Other modes drop
-        /// nothing.
-        #[test]
-        fn what_the_lines_cannot_carry_is_dropped_before_it_queues_long(
-            r0 in 1e5f64..2e7, r1 in 1e5f64..2e7,
-            d0 in 0i64..50_000, d1 in 0i64..50_000,
-            load in 1.2f64..5.0, len in 500usize..1500,
-        ) {
-            let t0 = Instant::now();
-            let mut ps = paths(t0, [Some((r0, d0)), Some((r1, d1))]);
-            let (secs, offered) = (1.0, load * (r0 + r1));
-            let gap = len as f64 / offered;
-            let mut out = [0usize; MAX_PATHS];
-            let mut got = [0.0; 2];
-            for k in 0..(secs / gap) as u64 {
-                let now = t0 + Duration::from_secs_f64(k as f64 * gap);
-                for mode in [Mode::Redundant, Mode::Failover] {
-                    prop_assert!(!sheds(mode, &ps, now, len, false));
-                }
-                if sheds(Mode::Aggregate, &ps, now, len, false) {
-                    continue;
-                }
-                select(Mode::Aggregate, &mut ps, now, len, false, &mut out);
-                got[out[0]] += len as f64;
-            }
-            let mut carried = 0.0;
-            for (i, r) in [r0, r1].into_iter().enumerate() {
-                let bound = r * (secs + SHED_BACKLOG.as_secs_f64()) + 2.0 * len as f64;
-                prop_assert!(got[i] <= bound, "path {i}: {} > {bound}", got[i]);
-                carried += got[i].min(r * secs);
-            }
-            // The quicker line is always worth a packet: at least it is full.
-            let quick = if d0 <= d1 { r0 } else { r1 };
-            prop_assert!(carried >= quick * secs * 0.99, "{carried} of {}", r0 + r1);
         }
     }
 

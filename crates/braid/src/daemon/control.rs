@@ -338,7 +338,6 @@ pub fn snapshot(
                 ("parity_sent".to_string(), info.parity_sent),
                 ("parity_received".to_string(), info.parity_received),
                 ("rebuilt".to_string(), info.rebuilt),
-                ("shed_tx".to_string(), k.shed_tx),
             ]);
         }
         if let Some(rate) = info.rate_limit_bits {

@@ -370,11 +370,6 @@ counter(
         "braid_peer_rebuilt_packets_total",
         "Packets rebuilt from the peer's parity instead of waiting for a re-send.",
     ),
-    counter(
-        "shed_tx",
-        "braid_peer_shed_packets_total",
-        "Packets to the peer dropped before sealing: every line queued too long (aggregate).",
-    ),
     gauge(
         "rate_limit_bits",
         "braid_peer_rate_limit_bytes_per_second",
