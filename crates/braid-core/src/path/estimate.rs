@@ -265,7 +265,7 @@ pub struct Outbound {
     /// Data loss, decayed: packets lost and sent.
     lost: f64,
     sent: f64,
-    /// Probe loss while the line did not queue, decayed: probes lost and
+    /// Probe loss while the line was not near full, decayed: probes lost and
     /// sent, and the newest probe echoed.
     probes_lost: f64,
     probes_sent: f64,
@@ -350,7 +350,7 @@ impl Outbound {
         (self.sent >= MIN_LOSS_SAMPLE).then(|| self.loss())
     }
 
-    /// Loss of our probes (or their echoes) while the line did not queue,
+    /// Loss of our probes (or their echoes) while the line was not near full,
     /// once enough were sent to tell: what a line that carries too little
     /// data to measure loses of its own.
     pub fn quiet_probe_loss_if_known(&self) -> Option<f64> {
