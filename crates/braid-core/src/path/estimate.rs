@@ -96,8 +96,8 @@ const MIN_LOSS_SAMPLE: f64 = 300.0;
 const PROBE_LOSS_MEMORY: f64 = 0.99;
 /// Probes (decayed) the probe loss estimate needs before it says anything.
 const MIN_PROBE_SAMPLE: f64 = 20.0;
-/// Echoes further apart in sequence than this start the count over (a
-/// path that was down, or a peer that started over).
+/// An echo further behind the newest than this starts the count over (a
+/// peer that started over) rather than being taken for a reordered one.
 const MAX_PROBE_GAP: u32 = 64;
 /// Probes whose send-time counts are kept until their echo comes back (a
 /// round trip of up to 16 probe intervals, 0.8 s).
@@ -604,19 +604,21 @@ impl Outbound {
         if behind <= MAX_PROBE_GAP {
             return true; // a duplicate or reordered echo
         }
-        // Far ahead or far behind: the count starts over from here.
         self.last_echo = Some(seq);
-        if ahead > MAX_PROBE_GAP || ahead > 2 {
+        // Two or more lost, or far ahead (a path that was down): the
+        // count goes on from here.
+        if ahead > 2 {
             return false;
         }
         // A train's probe follows its filler, sent back to back at the
         // line's estimate: a short queue may drop it, and that says
         // nothing about the line.
         let missing = last.wrapping_add(1);
-        let of_train = self
-            .last_train
-            .is_some_and(|(first, end)| missing.wrapping_sub(first) <= end.wrapping_sub(first));
-        if ahead == 2 && of_train {
+        if ahead == 2
+            && self
+                .last_train
+                .is_some_and(|(first, end)| missing.wrapping_sub(first) <= end.wrapping_sub(first))
+        {
             return false;
         }
         if !congested {
