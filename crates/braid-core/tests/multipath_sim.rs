@@ -341,6 +341,29 @@ fn aggregate_keeps_to_the_quick_line_while_it_keeps_up() {
     assert_eq!(in_order(&got(&net, B)), None);
 }
 
+/// The first burst of a stream, before any probe found a line queued: the
+/// quick line's estimate is still its initial guess, far below what it
+/// carries, and that guess must not send the burst to the slow line. (A
+/// TCP in slow start would see its round trip jump by the delay
+/// difference and end its slow start there: cubic's HyStart.)
+#[test]
+fn the_first_burst_keeps_to_the_quick_line_while_its_estimate_is_a_guess() {
+    let mut net = net(Mode::Aggregate, capped(100.0, 10), capped(25.0, 40), 25);
+    establish(&mut net);
+    let mark = net.capture.len();
+    let end = load(&mut net, 0, 60.0, Duration::from_millis(300));
+    net.run_for(Duration::from_millis(500));
+    let (l1, l2) = (data_on_line(&net, 1, mark), data_on_line(&net, 2, mark));
+    eprintln!("60 Mbit/s for 300 ms from the start: line 1 {l1}, line 2 {l2}");
+    assert!(
+        l2 * 50 <= l1 + l2,
+        "the slow line carried {l2} of {}",
+        l1 + l2
+    );
+    assert_eq!(arrived(&net, 0, end), end as usize);
+    assert_eq!(in_order(&got(&net, B)), None);
+}
+
 /// More than the quick line carries: the second line takes the rest, at
 /// its capacity, and what arrives is complete and in order.
 #[test]

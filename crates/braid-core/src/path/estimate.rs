@@ -48,6 +48,11 @@ pub const MAX_RATE: f64 = 125_000_000_000.0;
 /// the line shows no queue: the next interval offers this much more than
 /// the line was seen to deliver.
 const GROWTH: f64 = 1.25;
+/// The same until the line was first seen to queue (or a train measured
+/// it), as BBR's start-up doubles: from the initial guess, a 100 Mbit/s
+/// line is reached in four reports instead of ten, and the inner TCP's
+/// slow start is not held at a tenth of the bond for half a second.
+const STARTUP_GROWTH: f64 = 2.0;
 /// The delivery rate the estimate stands on is the largest of this long
 /// (a line that carried less for a moment has not become slower).
 const DELIVERY_WINDOW: Duration = Duration::from_millis(500);
@@ -234,6 +239,9 @@ pub struct Outbound {
     rate: f64,
     /// Whether any report has shaped `rate` yet.
     measured: bool,
+    /// No probe has found the line queued yet, nor a train measured it:
+    /// the estimate grows by [`STARTUP_GROWTH`].
+    startup: bool,
     /// What the line delivered in the latest interval, bytes per second.
     delivered_rate: f64,
     /// The largest delivery rate lately.
@@ -287,6 +295,7 @@ impl Default for Outbound {
         Outbound {
             rate: INITIAL_RATE,
             measured: false,
+            startup: true,
             delivered_rate: 0.0,
             delivered_max: Windowed::max(DELIVERY_WINDOW),
             reported_at: None,
@@ -382,6 +391,15 @@ impl Outbound {
     pub(crate) fn set_estimate(&mut self, now: Instant, rate: f64, propagation_us: i64) {
         self.rate = rate;
         self.measured = true;
+        self.startup = false;
+        self.propagation.update(now, propagation_us);
+        self.base.update(now, propagation_us);
+    }
+
+    /// Sets the delay as a first report would have, the estimate still
+    /// the initial guess (tests of the scheduler).
+    #[cfg(test)]
+    pub(crate) fn set_delay(&mut self, now: Instant, propagation_us: i64) {
         self.propagation.update(now, propagation_us);
         self.base.update(now, propagation_us);
     }
@@ -442,6 +460,7 @@ impl Outbound {
         let rate = (bytes as f64 / (dt as f64 / 1e6)).clamp(MIN_RATE, MAX_RATE);
         self.rate = rate;
         self.measured = true;
+        self.startup = false;
         self.delivered_max.reset(now, rate);
     }
 
@@ -456,6 +475,23 @@ impl Outbound {
     pub fn backlog(&self, now: Instant) -> Duration {
         self.busy_until
             .map_or(Duration::ZERO, |b| b.saturating_duration_since(now))
+    }
+
+    /// The backlog the scheduler compares lines by. In start-up the
+    /// estimate is a lower bound (the line was never seen to queue), so
+    /// the planned backlog overstates the real queue: it counts as no more
+    /// than [`QUEUE_FULL`] until a probe finds the line queued. Otherwise a
+    /// quick line still at its initial guess sends the first burst of a
+    /// stream to a slower one, and the inner TCP's slow start sees its
+    /// round trip jump by the lines' delay difference and ends (cubic's
+    /// HyStart) at a tenth of the bond, to grow by 5 % a round trip after.
+    pub fn planning_backlog(&self, now: Instant) -> Duration {
+        let backlog = self.backlog(now);
+        if self.startup {
+            backlog.min(QUEUE_FULL)
+        } else {
+            backlog
+        }
     }
 
     /// Every probe interval: how much this side sends on the path, and
@@ -500,6 +536,7 @@ impl Outbound {
         }
         let queue = Duration::from_micros(queue_us.max(0) as u64);
         let queued = queue > QUEUE_FULL;
+        self.startup &= !queued;
         let full = queued && self.last_queue > QUEUE_FULL;
         // A queue near full at either end of the interval: the line may
         // have filled and dropped in between (a drop-tail queue drops at
@@ -569,8 +606,9 @@ impl Outbound {
         } else {
             self.delivered_max.update(now, delivered);
             let seen = self.delivered_max.get().unwrap_or(delivered);
+            let growth = if self.startup { STARTUP_GROWTH } else { GROWTH };
             if self.limited && !queued {
-                seen.max(self.rate / GROWTH) * GROWTH
+                seen.max(self.rate / growth) * growth
             } else {
                 self.rate.max(seen)
             }

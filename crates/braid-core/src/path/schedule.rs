@@ -21,6 +21,10 @@
 //!   and a line whose delay is more than that queue above the best one's
 //!   carries nothing: a 2 Mbit/s line with 300 ms does not slow a
 //!   100 Mbit/s line with 10 ms and a 100 ms queue;
+//! * until a probe first finds it queued, the quickest line's estimate is
+//!   a guess that only grows, and its clock counts as at most a few
+//!   milliseconds: the first burst of a stream stays on it instead of
+//!   going to a slower line because of the guess;
 //! * when every line's clock is more than [`MAX_BACKLOG`] ahead, more is
 //!   offered than all carry: the clocks move back alike, and the split
 //!   stays by capacity.
@@ -188,9 +192,16 @@ fn plan(paths: &[Path], now: Instant, len: usize, candidate: &impl Fn(&Path) -> 
             // (`Peer::live_path_mask`): what it carried would come late.
             continue;
         }
-        let arrival = p
-            .outbound
-            .backlog(now)
+        // The quickest line's estimate, while still a guess, does not
+        // send packets to a slower line (see `Outbound::planning_backlog`);
+        // a slower line's guess is planned with as it is, since a burst
+        // would overflow it before its first report.
+        let backlog = if d == quickest {
+            p.outbound.planning_backlog(now)
+        } else {
+            p.outbound.backlog(now)
+        };
+        let arrival = backlog
             .saturating_add(transmission(len, p.outbound.rate()))
             .saturating_add(extra_delay);
         if best.is_none_or(|(a, _)| arrival < a) {

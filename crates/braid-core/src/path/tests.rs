@@ -247,6 +247,28 @@ mod scheduler {
         }
     }
 
+    /// Before a probe found the quick line queued, its estimate is a guess
+    /// that only grows: a burst beyond it stays on that line rather than
+    /// going to the slower one (and arriving a delay difference later).
+    /// Once the estimate is measured, it binds.
+    #[test]
+    fn a_quick_line_at_its_first_guess_keeps_a_burst_to_itself() {
+        let t0 = Instant::now();
+        let mut ps = paths(t0, [None, None]);
+        ps[0].outbound.set_delay(t0, 10_000);
+        ps[1].outbound.set_delay(t0, 40_000);
+        let burst = 6.0 * estimate::INITIAL_RATE;
+        let got = offer(&mut ps, t0, burst, 1400, 0.2);
+        assert_eq!(got[1], 0.0, "{got:?}");
+        let t1 = t0 + Duration::from_secs(1);
+        for (p, delay) in ps.iter_mut().zip([10_000, 40_000]) {
+            p.outbound.set_estimate(t1, estimate::INITIAL_RATE, delay);
+        }
+        let got = offer(&mut ps, t1, burst, 1400, 0.5);
+        let share = got[1] / (got[0] + got[1]);
+        assert!(share > 0.3, "{share}: {got:?}");
+    }
+
     /// The quicker line alone while it keeps up; both, by capacity, when
     /// it does not.
     #[test]
