@@ -20,8 +20,10 @@
 //! delay is well above its minimum) it delivers all it can, so what it
 //! delivered *is* its capacity; while it does not queue although the
 //! scheduler has been giving it all the estimate allows, the estimate is
-//! too low and grows by half per report (every `PROBE_INTERVAL`), so a line
-//! that recovers is back in full use within a few hundred milliseconds.
+//! too low and grows by a quarter per report (every `PROBE_INTERVAL`), so a
+//! line that recovers is back in full use within a few hundred
+//! milliseconds. Until a probe first finds the line queued (its start-up)
+//! it doubles instead, from the initial guess.
 //!
 //! A line that carries little is never full, so its estimate would stay
 //! what it was when it last was (or the initial guess). Every
@@ -392,8 +394,7 @@ impl Outbound {
         self.rate = rate;
         self.measured = true;
         self.startup = false;
-        self.propagation.update(now, propagation_us);
-        self.base.update(now, propagation_us);
+        self.set_delay(now, propagation_us);
     }
 
     /// Sets the delay as a first report would have, the estimate still
