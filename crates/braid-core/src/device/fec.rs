@@ -8,17 +8,10 @@ use crate::fec::Piece;
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
 use crate::peer::PeerId;
 use crate::repair::OWN_LOSS;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Parity pieces waiting for `poll_transmit`, at most.
 const MAX_QUEUED_PARITY: usize = 256;
-/// A line that queues more than this gets no parity. (5 ms, the queue the
-/// estimator calls full, covered an eighth of the `lossy` row's second
-/// line, 10 ms a third: 93.0 and 93.0 against 93.3, 95.0 and 94.7 Mbit/s
-/// in alternating runs; the congestion case of the simulator got none
-/// either way.)
-const PROTECT_QUEUE_MAX: Duration = Duration::from_millis(10);
-
 impl Device {
     /// Data message `counter` of `session` (padded plaintext `plain`) went
     /// to `pid` on its path `path`: added to that path's parity group when
@@ -37,14 +30,13 @@ impl Device {
         if p.parity_session != Some(session) {
             return;
         }
-        // Not while the line queues: what it drops then is congestion, for
-        // the inner TCP to see, even on a line that also loses of its own.
+        // Also while the line queues: what a slower line drops when its
+        // queue overflows is the scheduler's to correct (its clock follows
+        // the probes' echoes), not the inner TCP's. The inner TCP still
+        // sees congestion on the quickest line, which parity never covers.
         // (Checked first: most packets go on clean lines, and finding the
         // quickest line looks at every path.)
-        let protected = p.paths.get(path).is_some_and(|x| {
-            x.own_loss() >= OWN_LOSS
-                && x.outbound.queueing_delay().unwrap_or_default() <= PROTECT_QUEUE_MAX
-        });
+        let protected = p.paths.get(path).is_some_and(|x| x.own_loss() >= OWN_LOSS);
         if !protected {
             return;
         }
