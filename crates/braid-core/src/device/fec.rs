@@ -4,7 +4,7 @@
 
 use super::state::{Device, QueuedParity};
 use crate::batch::PacketBatch;
-use crate::fec::Piece;
+use crate::fec::{Piece, GROUP};
 use crate::messages::{DATA_HEADER_LEN, DATA_MIN_LEN};
 use crate::peer::PeerId;
 use crate::repair::OWN_LOSS;
@@ -12,10 +12,20 @@ use std::time::Instant;
 
 /// Parity pieces waiting for `poll_transmit`, at most.
 const MAX_QUEUED_PARITY: usize = 256;
+/// Parity may take at most this share of the quickest line's capacity, as
+/// re-sends take at most a twentieth of what is sent (`crate::repair`).
+/// A group's parity is an eighth of its bytes, so a line gets parity only
+/// while it sends less than `PARITY_BUDGET × GROUP` (0.4) times the
+/// quickest line's capacity: the 25 Mbit/s line of a 100 + 25 bond, not
+/// one of two 200 Mbit/s lines (where a parity stream of 25 Mbit/s for a
+/// line that lost a few tenths of a percent cost four bbr streams 4
+/// Mbit/s, and a loss is re-sent within a few milliseconds anyway).
+const PARITY_BUDGET: f64 = 0.05;
 impl Device {
     /// Data message `counter` of `session` (padded plaintext `plain`) went
     /// to `pid` on its path `path`: added to that path's parity group when
-    /// the line loses of its own and is not the one parity goes on.
+    /// the line loses of its own, is not the one parity goes on, and its
+    /// parity fits `PARITY_BUDGET`.
     pub(super) fn protect_sent(
         &mut self,
         now: Instant,
@@ -41,7 +51,10 @@ impl Device {
             return;
         }
         let quickest = p.quickest_path();
-        if path == quickest {
+        if path == quickest
+            || p.paths[path].outbound.send_rate()
+                > PARITY_BUDGET * GROUP as f64 * p.paths[quickest].outbound.rate()
+        {
             return;
         }
         let (line, remote) = (p.paths[quickest].line, p.paths[quickest].remote);
