@@ -608,6 +608,36 @@ fn a_lossy_line_that_queues_still_gets_parity() {
     assert_eq!(in_order(&got(&net, B)), None);
 }
 
+/// Two lines of the same capacity, the second losing 2 %: its parity
+/// would take an eighth of what it carries from the first line, beyond
+/// the budget (5 % of the quickest line's capacity). Its losses are
+/// re-sent instead, and all arrive in order.
+#[test]
+fn a_lossy_line_as_fast_as_the_quickest_gets_no_parity() {
+    let lossy_line = LinkParams {
+        loss: 0.02,
+        ..capped(20.0, 12)
+    };
+    let mut net = net(Mode::Aggregate, capped(20.0, 10), lossy_line, 33);
+    establish(&mut net);
+    let next = load(&mut net, 0, 30.0, Duration::from_secs(2));
+    let (mark, sent_before) = (net.capture.len(), net.peer_info(A).parity_sent);
+    let end = load(&mut net, next, 30.0, Duration::from_secs(3));
+    net.run_for(Duration::from_secs(1));
+    let (a, b) = (net.peer_info(A), net.peer_info(B));
+    let (l1, l2) = (data_on_line(&net, 1, mark), data_on_line(&net, 2, mark));
+    let sent = a.parity_sent - sent_before;
+    eprintln!(
+        "lines carried {l1} / {l2}; A sent {sent} parity pieces, re-sent {}; B asked {}",
+        a.resent, b.reorder.repairs_asked
+    );
+    assert!(l2 * 3 > l1, "line 2 carries its share: {l1} / {l2}");
+    assert_eq!(sent, 0, "no parity beyond the budget");
+    assert!(a.resent > 20, "losses are re-sent: {}", a.resent);
+    assert_eq!(in_order(&got(&net, B)), None);
+    assert!(arrived(&net, next, end) as f64 > 0.99 * f64::from(end - next));
+}
+
 /// 1 % loss on the quick line of a bond whose second line is idle (the
 /// stream fits the first): the sender's word on which counters went where
 /// lets B find each loss as soon as line 1 has passed it (and ask for it
