@@ -51,9 +51,12 @@ impl Device {
             return;
         }
         let quickest = p.quickest_path();
+        // The quickest line's capacity is at least what it carries now: in
+        // its start-up the estimate is a guess far below it.
+        let quick = &p.paths[quickest].outbound;
+        let capacity = quick.rate().max(quick.send_rate());
         if path == quickest
-            || p.paths[path].outbound.send_rate()
-                > PARITY_BUDGET * GROUP as f64 * p.paths[quickest].outbound.rate()
+            || p.paths[path].outbound.send_rate() > PARITY_BUDGET * GROUP as f64 * capacity
         {
             return;
         }
