@@ -282,6 +282,15 @@ fn capped_queue(mbit: f64, ms: u64, queue_ms: u64) -> LinkParams {
     }
 }
 
+/// A capped line (see `capped`) that also loses `loss` of what it carries
+/// at random.
+fn capped_lossy(mbit: f64, ms: u64, loss: f64) -> LinkParams {
+    LinkParams {
+        loss,
+        ..capped(mbit, ms)
+    }
+}
+
 /// Payload bytes of the packets of an open-loop stream.
 const LOAD_LEN: usize = 1000;
 
@@ -448,10 +457,7 @@ fn split_follows_a_line_that_slows_down_and_recovers() {
 /// the first line, so the stream arrives complete and in order.
 #[test]
 fn losses_on_one_line_are_repaired_on_the_other() {
-    let lossy_line = LinkParams {
-        loss: 0.02,
-        ..capped(5.0, 40)
-    };
+    let lossy_line = capped_lossy(5.0, 40, 0.02);
     let mut net = net(Mode::Aggregate, capped(20.0, 10), lossy_line, 25);
     establish(&mut net);
     let next = load(&mut net, 0, 22.0, Duration::from_secs(2));
@@ -512,10 +518,7 @@ fn load_timed(net: &mut Net, first: u32, mbit: f64, d: Duration) -> (u32, Vec<Du
 #[test]
 fn losses_on_one_line_are_rebuilt_from_parity_before_a_repair_comes() {
     let run = |parity: bool| {
-        let lossy_line = LinkParams {
-            loss: 0.02,
-            ..capped(5.0, 40)
-        };
+        let lossy_line = capped_lossy(5.0, 40, 0.02);
         let mut net = net(Mode::Aggregate, capped(20.0, 10), lossy_line, 29);
         net[A].device.set_parity(parity);
         net[B].device.set_parity(parity);
@@ -573,10 +576,7 @@ fn losses_on_one_line_are_rebuilt_from_parity_before_a_repair_comes() {
 /// congestion for the inner TCP: nothing covers them.
 #[test]
 fn a_lossy_line_that_queues_still_gets_parity() {
-    let lossy_line = LinkParams {
-        loss: 0.02,
-        ..capped(5.0, 40)
-    };
+    let lossy_line = capped_lossy(5.0, 40, 0.02);
     let mut net = net(Mode::Aggregate, capped(20.0, 10), lossy_line, 31);
     establish(&mut net);
     let mut next = load(&mut net, 0, 24.0, Duration::from_secs(2));
@@ -614,10 +614,7 @@ fn a_lossy_line_that_queues_still_gets_parity() {
 /// re-sent instead, and all arrive in order.
 #[test]
 fn a_lossy_line_as_fast_as_the_quickest_gets_no_parity() {
-    let lossy_line = LinkParams {
-        loss: 0.02,
-        ..capped(20.0, 12)
-    };
+    let lossy_line = capped_lossy(20.0, 12, 0.02);
     let mut net = net(Mode::Aggregate, capped(20.0, 10), lossy_line, 33);
     establish(&mut net);
     let next = load(&mut net, 0, 30.0, Duration::from_secs(2));
@@ -645,10 +642,7 @@ fn a_lossy_line_as_fast_as_the_quickest_gets_no_parity() {
 /// line 2, which carried none of them.
 #[test]
 fn a_loss_on_the_busy_line_does_not_wait_for_the_idle_one() {
-    let quick_lossy = LinkParams {
-        loss: 0.01,
-        ..capped(20.0, 10)
-    };
+    let quick_lossy = capped_lossy(20.0, 10, 0.01);
     let mut net = net(Mode::Aggregate, quick_lossy, capped(20.0, 40), 26);
     establish(&mut net);
     let next = load(&mut net, 0, 5.0, Duration::from_secs(1));

@@ -21,6 +21,7 @@ const MAX_QUEUED_PARITY: usize = 256;
 /// line that lost a few tenths of a percent cost four bbr streams 4
 /// Mbit/s, and a loss is re-sent within a few milliseconds anyway).
 const PARITY_BUDGET: f64 = 0.05;
+
 impl Device {
     /// Data message `counter` of `session` (padded plaintext `plain`) went
     /// to `pid` on its path `path`: added to that path's parity group when
