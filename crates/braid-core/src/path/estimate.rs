@@ -19,7 +19,9 @@
 //! The capacity estimate follows from both: while the line queues (its
 //! delay is well above its minimum) it delivers all it can, so what it
 //! delivered *is* its capacity; while it does not queue although the
-//! scheduler has been giving it all the estimate allows, the estimate is
+//! scheduler has been giving it all the estimate allows, and the probe
+//! finds the line's queue more than a few milliseconds shorter than the
+//! scheduler planned (it drains faster than the estimate), the estimate is
 //! too low and grows by a quarter per report (every `PROBE_INTERVAL`), so a
 //! line that recovers is back in full use within a few hundred
 //! milliseconds. Until a probe first finds the line queued (its start-up)
@@ -47,8 +49,8 @@ pub const MIN_RATE: f64 = 8_000.0;
 /// Nor rises above this (1 Tbit/s).
 pub const MAX_RATE: f64 = 125_000_000_000.0;
 /// Growth per report while the scheduler is held back by the estimate and
-/// the line shows no queue: the next interval offers this much more than
-/// the line was seen to deliver.
+/// the line shows no queue, shorter than planned: the next interval offers
+/// this much more than the line was seen to deliver.
 const GROWTH: f64 = 1.25;
 /// The same until the line was first seen to queue (or a train measured
 /// it), as BBR's start-up doubles: from the initial guess, a 100 Mbit/s
@@ -536,6 +538,12 @@ impl Outbound {
             self.correct_backlog(now, planned, queue_us);
         }
         let queue = Duration::from_micros(queue_us.max(0) as u64);
+        // The line drained what the scheduler planned for it faster than
+        // the estimate says: the only sign that the estimate is low. (A
+        // line filled in bursts by a paced sender shows a short queue at
+        // most probes too, with the plan where the line is.)
+        let drained_faster =
+            snapshot.is_some_and(|(_, planned)| planned.saturating_sub(queue) > QUEUE_FULL);
         let queued = queue > QUEUE_FULL;
         self.startup &= !queued;
         let full = queued && self.last_queue > QUEUE_FULL;
@@ -608,7 +616,7 @@ impl Outbound {
             self.delivered_max.update(now, delivered);
             let seen = self.delivered_max.get().unwrap_or(delivered);
             let growth = if self.startup { STARTUP_GROWTH } else { GROWTH };
-            if self.limited && !queued {
+            if self.limited && !queued && drained_faster {
                 seen.max(self.rate / growth) * growth
             } else {
                 self.rate.max(seen)
