@@ -16,6 +16,11 @@
 //! writes coalesce runs of one TCP flow into super-packets
 //! ([`crate::offload::coalesce`]). The kernel's TCP stack then does one pass
 //! per 64 KiB instead of per segment on both sides of the tunnel.
+//!
+//! With several queues ([`Tun::create_queues`], `IFF_MULTI_QUEUE`) each
+//! queue is a descriptor of its own that one pipeline reads; writes go to
+//! the queue of their flow (`steer.rs`), which makes the kernel hand that
+//! flow's packets the other way to the same queue.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -29,6 +34,7 @@ use crate::offload::VNET_HDR_LEN;
 mod fd;
 mod link;
 mod offload_io;
+mod steer;
 
 pub use fd::TunRead;
 use fd::{Counters, Step, TunFd, NO_ADDR};
@@ -52,12 +58,23 @@ pub enum Offload {
 /// An open, non-persistent TUN interface; see the module documentation.
 #[derive(Debug)]
 pub struct Tun {
-    dev: TunFd,
+    /// Queue 0 first; more only with `IFF_MULTI_QUEUE`.
+    queues: Vec<Queue>,
     name: String,
     offload: bool,
-    rx: Mutex<ReadScratch>,
     tx: Mutex<WriteScratch>,
 }
+
+/// One descriptor of the interface and what its reads left over.
+#[derive(Debug)]
+struct Queue {
+    dev: TunFd,
+    rx: Mutex<ReadScratch>,
+}
+
+/// Most queues [`Tun::create_queues`] opens: the kernel allows 256, and a
+/// pipeline per core of a large server is far below that.
+pub const MAX_QUEUES: usize = 64;
 
 /// What offload did so far; see [`Tun::offload_stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,43 +102,72 @@ impl Tun {
     /// Like [`create`](Self::create), choosing the offload mode;
     /// [`offload_enabled`](Self::offload_enabled) tells what was granted.
     pub fn create_with(name: &str, offload: Offload) -> io::Result<Tun> {
+        Self::create_queues(name, offload, 1)
+    }
+
+    /// Like [`create_with`](Self::create_with), with `queues` descriptors
+    /// (`IFF_MULTI_QUEUE` when more than one): read each with
+    /// [`read_batch_on`](Self::read_batch_on) from a pipeline of its own.
+    pub fn create_queues(name: &str, offload: Offload, queues: usize) -> io::Result<Tun> {
         if name.len() >= libc::IFNAMSIZ || name.bytes().any(|b| b == 0 || b == b'/') {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("invalid interface name {name:?} (at most 15 bytes, no '/' or NUL)"),
             ));
         }
+        if !(1..=MAX_QUEUES).contains(&queues) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{queues} TUN queues (expected 1-{MAX_QUEUES})"),
+            ));
+        }
+        let multi = queues > 1;
         if offload == Offload::Auto {
-            if let Ok((fd, actual)) = Self::open(name, true) {
+            if let Ok((fd, actual)) = Self::open(name, true, multi) {
                 if Self::enable_offload(&fd).is_ok() {
-                    return Ok(Self::new(fd, actual, true));
+                    return Self::with_queues(fd, actual, true, queues);
                 }
                 // The device has a vnet header but no offload: closing the
                 // descriptor removes it, and the plain one replaces it.
                 drop(fd);
             }
         }
-        let (fd, actual) = Self::open(name, false)?;
-        Ok(Self::new(fd, actual, false))
+        let (fd, actual) = Self::open(name, false, multi)?;
+        Self::with_queues(fd, actual, false, queues)
     }
 
-    fn new(fd: OwnedFd, name: String, offload: bool) -> Tun {
-        Tun {
-            dev: TunFd {
-                fd,
-                dropped: AtomicU64::new(0),
-                stats: Counters::default(),
-            },
+    /// Attaches queues 1.. to the interface queue 0 made, in the same mode.
+    fn with_queues(first: OwnedFd, name: String, offload: bool, queues: usize) -> io::Result<Tun> {
+        let mut fds = vec![first];
+        for q in 1..queues {
+            let (fd, _) = Self::open(&name, offload, true)
+                .map_err(|e| io::Error::new(e.kind(), format!("TUN queue {q}: {e}")))?;
+            if offload {
+                Self::enable_offload(&fd)?;
+            }
+            fds.push(fd);
+        }
+        Ok(Tun {
+            queues: fds
+                .into_iter()
+                .map(|fd| Queue {
+                    dev: TunFd {
+                        fd,
+                        dropped: AtomicU64::new(0),
+                        stats: Counters::default(),
+                    },
+                    rx: Mutex::new(ReadScratch::new(offload)),
+                })
+                .collect(),
             name,
             offload,
-            rx: Mutex::new(ReadScratch::new(offload)),
             tx: Mutex::new(WriteScratch::new()),
-        }
+        })
     }
 
     /// Opens /dev/net/tun and attaches it to interface `name`; returns the
     /// descriptor and the name the kernel chose.
-    fn open(name: &str, vnet_hdr: bool) -> io::Result<(OwnedFd, String)> {
+    fn open(name: &str, vnet_hdr: bool, multi_queue: bool) -> io::Result<(OwnedFd, String)> {
         // SAFETY: the path is a NUL-terminated literal; flags are valid.
         let fd = crate::sys::cvt(unsafe {
             libc::open(
@@ -143,6 +189,9 @@ impl Tun {
         let mut flags = libc::IFF_TUN | libc::IFF_NO_PI;
         if vnet_hdr {
             flags |= libc::IFF_VNET_HDR;
+        }
+        if multi_queue {
+            flags |= libc::IFF_MULTI_QUEUE;
         }
         ifr.ifr_ifru.ifru_flags = flags as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `ifr`
@@ -185,25 +234,58 @@ impl Tun {
     /// Packets dropped so far: too long to read into a slot, rejected by the
     /// kernel on write (malformed), or left over when a write would block.
     pub fn dropped(&self) -> u64 {
-        self.dev.dropped.load(Ordering::Relaxed)
+        self.queues
+            .iter()
+            .map(|q| q.dev.dropped.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+
+    /// How many queues (descriptors) the interface was opened with.
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// The queue [`write_batch`](Self::write_batch) writes `pkt` to, and
+    /// so the one its flow's packets the other way are read from.
+    pub fn queue_for_packet(&self, pkt: &[u8]) -> usize {
+        steer::queue_for(pkt, self.queues.len())
+    }
+
+    /// Queue `q`'s descriptor, to poll (queue 0's is [`as_raw_fd`]'s).
+    ///
+    /// Panics if `q` is not below [`queue_count`](Self::queue_count).
+    ///
+    /// [`as_raw_fd`]: AsRawFd::as_raw_fd
+    pub fn queue_fd(&self, q: usize) -> RawFd {
+        self.queues[q].dev.fd.as_raw_fd()
     }
 
     /// Counts of what offload did (all zero in plain mode).
     pub fn offload_stats(&self) -> OffloadStats {
-        let c = &self.dev.stats;
-        OffloadStats {
-            super_packets_read: c.super_packets_read.load(Ordering::Relaxed),
-            segments_read: c.segments_read.load(Ordering::Relaxed),
-            super_packets_written: c.super_packets_written.load(Ordering::Relaxed),
-            segments_written: c.segments_written.load(Ordering::Relaxed),
+        let mut sum = OffloadStats::default();
+        for q in &self.queues {
+            let c = &q.dev.stats;
+            let add = |total: &mut u64, n: &AtomicU64| {
+                *total = total.wrapping_add(n.load(Ordering::Relaxed));
+            };
+            add(&mut sum.super_packets_read, &c.super_packets_read);
+            add(&mut sum.segments_read, &c.segments_read);
+            add(&mut sum.super_packets_written, &c.super_packets_written);
+            add(&mut sum.segments_written, &c.segments_written);
         }
+        sum
     }
 
     /// Whether segments of a super-packet are waiting for the next
     /// [`read_batch`](Self::read_batch): they are not visible to `poll` on
     /// the descriptor. This only happens when a batch came back full.
     pub fn has_pending(&self) -> bool {
-        self.rx.lock().unwrap().has_pending()
+        self.has_pending_on(0)
+    }
+
+    /// [`has_pending`](Self::has_pending) for queue `q`.
+    pub fn has_pending_on(&self, q: usize) -> bool {
+        self.queues[q].rx.lock().unwrap().has_pending()
     }
 
     /// Clears `batch` and fills it with the packets that are ready, up to its
@@ -220,10 +302,17 @@ impl Tun {
     /// fit wait for the next call (see [`has_pending`](Self::has_pending)),
     /// nothing is dropped.
     pub fn read_batch(&self, batch: &mut PacketBatch) -> io::Result<TunRead> {
+        self.read_batch_on(0, batch)
+    }
+
+    /// [`read_batch`](Self::read_batch) from queue `q`: the packets of the
+    /// flows the kernel steers to it.
+    ///
+    /// Panics if `q` is not below [`queue_count`](Self::queue_count).
+    pub fn read_batch_on(&self, q: usize, batch: &mut PacketBatch) -> io::Result<TunRead> {
+        let Queue { dev, rx } = &self.queues[q];
         if self.offload {
-            return self
-                .dev
-                .read_batch_offload(&mut self.rx.lock().unwrap(), batch);
+            return dev.read_batch_offload(&mut rx.lock().unwrap(), batch);
         }
         batch.clear();
         // PacketBatch::new asserts stride > HEADROOM + TAILROOM, so max >= 1
@@ -237,9 +326,9 @@ impl Tun {
             // one byte of the (still unused) tailroom more: a read that fills
             // it was a packet too long for the slot.
             let buf = &mut batch.slot_buf_mut(n)[HEADROOM..HEADROOM + max + 1];
-            match self.dev.read_packet(buf) {
+            match dev.read_packet(buf) {
                 Ok(Step::Done(len)) if len > max => {
-                    self.dev.dropped.fetch_add(1, Ordering::Relaxed);
+                    dev.dropped.fetch_add(1, Ordering::Relaxed);
                     oversize = Some(len);
                 }
                 Ok(Step::Done(len)) => {
@@ -276,11 +365,12 @@ impl Tun {
     /// With offload, runs of one TCP flow in the batch are written as one
     /// super-packet each (their payloads are not copied); they count as the
     /// packets they were.
+    ///
+    /// With several queues each packet goes to its flow's queue.
     pub fn write_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
+        let queue_of = |pkt: &[u8]| &self.queues[steer::queue_for(pkt, self.queues.len())].dev;
         if self.offload {
-            return self
-                .dev
-                .write_batch_offload(&mut self.tx.lock().unwrap(), batch);
+            return offload_io::write_batch_offload(&mut self.tx.lock().unwrap(), batch, queue_of);
         }
         let mut written = 0;
         for i in 0..batch.len() {
@@ -288,16 +378,17 @@ impl Tun {
             if pkt.is_empty() {
                 continue;
             }
-            match self.dev.write_packet(pkt)? {
+            let dev = queue_of(pkt);
+            match dev.write_packet(pkt)? {
                 Step::Done(_) => written += 1,
                 Step::Skip => {
-                    self.dev.dropped.fetch_add(1, Ordering::Relaxed);
+                    dev.dropped.fetch_add(1, Ordering::Relaxed);
                 }
                 Step::WouldBlock => {
                     let rest = (i..batch.len())
                         .filter(|&j| !batch.packet(j).is_empty())
                         .count();
-                    self.dev.dropped.fetch_add(rest as u64, Ordering::Relaxed);
+                    dev.dropped.fetch_add(rest as u64, Ordering::Relaxed);
                     break;
                 }
             }
@@ -308,12 +399,12 @@ impl Tun {
 
 impl AsRawFd for Tun {
     fn as_raw_fd(&self) -> RawFd {
-        self.dev.fd.as_raw_fd()
+        self.queues[0].dev.fd.as_raw_fd()
     }
 }
 
 impl AsFd for Tun {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.dev.fd.as_fd()
+        self.queues[0].dev.fd.as_fd()
     }
 }

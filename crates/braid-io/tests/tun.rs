@@ -22,6 +22,15 @@ impl Drop for LinkGuard {
     }
 }
 
+/// Held by each test from picking its subnet until its interface is gone:
+/// two tests of this file run at once would otherwise pick the same /24
+/// (neither has added its address yet) and route into each other's TUN.
+static SUBNET: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn hold_subnets() -> std::sync::MutexGuard<'static, ()> {
+    SUBNET.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A 198.19.x.0/24 that no interface uses yet, derived from our pid.
 fn free_subnet() -> u8 {
     let start = std::process::id() as usize;
@@ -98,6 +107,7 @@ fn build_udp4(
 
 #[test]
 fn tun_round_trip() {
+    let _subnets = hold_subnets();
     let want = format!("bio{}t", std::process::id());
     if netcfg::link_exists(&want) {
         netcfg::link_del(&want).unwrap();
@@ -286,4 +296,86 @@ fn tun_round_trip() {
 fn rejects_bad_names() {
     assert!(Tun::create("0123456789abcdef").is_err());
     assert!(Tun::create("a/b").is_err());
+}
+
+/// With several queues, the kernel hands the packets of a flow leaving the
+/// interface to the queue that flow's packets were written to: what makes
+/// one pipeline per queue keep each flow in order.
+#[test]
+fn multi_queue_flows_come_back_on_the_queue_they_were_written_to() {
+    let _subnets = hold_subnets();
+    for (mode, tag) in [
+        (braid_io::Offload::Auto, 'a'),
+        (braid_io::Offload::Off, 'p'),
+    ] {
+        let want = format!("bio{}q{tag}", std::process::id());
+        let tun = Tun::create_queues(&want, mode, 2).unwrap();
+        let _guard = LinkGuard(want.clone());
+        assert_eq!(tun.queue_count(), 2);
+        let name = want.as_str();
+        let x = free_subnet();
+        let local = Ipv4Addr::new(198, 19, x, 1);
+        let remote = Ipv4Addr::new(198, 19, x, 2);
+        netcfg::addr_add(name, &format!("{local}/24")).unwrap();
+        netcfg::link_set_up(name).unwrap();
+
+        let stride = 1500 + HEADROOM + TAILROOM;
+        let mut batch = PacketBatch::new(16, stride);
+        let mut used = [0usize; 2];
+        // 24 flows: all on one queue by chance once in 8 million runs.
+        for flow in 0..24u16 {
+            let sock = StdUdpSocket::bind(SocketAddr::from((local, 0))).unwrap();
+            let lport = sock.local_addr().unwrap().port();
+            let rport = 40000 + flow;
+            let mut inbound = PacketBatch::new(1, stride);
+            inbound.push_with(HEADROOM, "0.0.0.0:0".parse().unwrap(), |b| {
+                build_udp4(b, remote, rport, local, lport, b"in")
+            });
+            let queue = tun.queue_for_packet(inbound.packet(0));
+            assert_eq!(tun.write_batch(&inbound).unwrap(), 1);
+            let mut buf = [0u8; 64];
+            sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let (n, _) = sock
+                .recv_from(&mut buf)
+                .expect("the written packet arrives");
+            assert_eq!(&buf[..n], b"in");
+            sock.send_to(b"out", (remote, rport)).unwrap();
+            let fds = [
+                (tun.queue_fd(0), Interest::READABLE),
+                (tun.queue_fd(1), Interest::READABLE),
+            ];
+            let mut came_on = None;
+            while came_on.is_none() {
+                let r = wait(&fds, Some(Duration::from_secs(30))).unwrap();
+                assert!(!r.is_timeout(), "flow {flow}'s answer never left the TUN");
+                for q in 0..2 {
+                    if !r.is_readable(q) {
+                        continue;
+                    }
+                    tun.read_batch_on(q, &mut batch).unwrap();
+                    for i in 0..batch.len() {
+                        let p = batch.packet(i);
+                        let ours = p[0] >> 4 == 4
+                            && p[9] == 17
+                            && p[16..20] == remote.octets()
+                            && u16::from_be_bytes([p[22], p[23]]) == rport;
+                        if ours {
+                            came_on = Some(q);
+                        }
+                    }
+                }
+            }
+            assert_eq!(came_on, Some(queue), "flow {flow} ({mode:?})");
+            used[queue] += 1;
+        }
+        assert!(used[0] > 0 && used[1] > 0, "flows per queue: {used:?}");
+    }
+}
+
+#[test]
+fn queue_counts_out_of_range_are_refused() {
+    let e = Tun::create_queues("bioq0", braid_io::Offload::Auto, 0).unwrap_err();
+    assert!(e.to_string().contains("expected 1-64"), "{e}");
+    let e = Tun::create_queues("bioq0", braid_io::Offload::Auto, 65).unwrap_err();
+    assert!(e.to_string().contains("65 TUN queues"), "{e}");
 }

@@ -249,73 +249,6 @@ impl TunFd {
         }
     }
 
-    pub(super) fn write_batch_offload(
-        &self,
-        tx: &mut WriteScratch,
-        batch: &PacketBatch,
-    ) -> io::Result<usize> {
-        let WriteScratch {
-            planner,
-            iovs,
-            header,
-        } = &mut *tx;
-        if iovs.capacity() < MAX_MEMBERS + 1 {
-            iovs.reserve(MAX_MEMBERS + 1);
-        }
-        planner.plan(batch.len(), |i| batch.packet(i));
-        let groups = planner.groups();
-        let mut written = 0;
-        for (k, group) in groups.iter().enumerate() {
-            let head = batch.packet(group.first);
-            iovs.clear();
-            if group.is_coalesced() {
-                let len = write_gso_header(group, head, header);
-                iovs.push(iovec(&header[..len]));
-                for i in planner.members(group) {
-                    iovs.push(iovec(&batch.packet(i)[group.hdr_len()..]));
-                }
-            } else {
-                iovs.push(iovec(&PLAIN_VNET_HDR));
-                iovs.push(iovec(head));
-            }
-            match self.writev(iovs)? {
-                Step::Done(_) => {
-                    written += group.members;
-                    if group.is_coalesced() {
-                        self.stats
-                            .super_packets_written
-                            .fetch_add(1, Ordering::Relaxed);
-                        self.stats
-                            .segments_written
-                            .fetch_add(group.members as u64, Ordering::Relaxed);
-                    }
-                }
-                Step::Skip if group.is_coalesced() => {
-                    // The kernel refused the super-packet; its members may
-                    // still be fine one by one.
-                    for i in planner.members(group) {
-                        let one = [iovec(&PLAIN_VNET_HDR), iovec(batch.packet(i))];
-                        match self.writev(&one)? {
-                            Step::Done(_) => written += 1,
-                            _ => {
-                                self.dropped.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                }
-                Step::Skip => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                Step::WouldBlock => {
-                    let rest: usize = groups[k..].iter().map(|g| g.members).sum();
-                    self.dropped.fetch_add(rest as u64, Ordering::Relaxed);
-                    break;
-                }
-            }
-        }
-        Ok(written)
-    }
-
     fn readv(&self, iovs: &[libc::iovec]) -> io::Result<Step> {
         loop {
             // SAFETY: every iovec was built by `iovec_mut` from a live,
@@ -378,4 +311,75 @@ fn iovec_mut(b: &mut [u8]) -> libc::iovec {
         iov_base: b.as_mut_ptr().cast(),
         iov_len: b.len(),
     }
+}
+
+/// Writes the batch's coalesced groups, each to the descriptor `queue_of`
+/// its first packet (all of a group are one flow); see
+/// [`Tun::write_batch`](super::Tun::write_batch).
+pub(super) fn write_batch_offload<'q>(
+    tx: &mut WriteScratch,
+    batch: &PacketBatch,
+    queue_of: impl Fn(&[u8]) -> &'q TunFd,
+) -> io::Result<usize> {
+    let WriteScratch {
+        planner,
+        iovs,
+        header,
+    } = &mut *tx;
+    if iovs.capacity() < MAX_MEMBERS + 1 {
+        iovs.reserve(MAX_MEMBERS + 1);
+    }
+    planner.plan(batch.len(), |i| batch.packet(i));
+    let groups = planner.groups();
+    let mut written = 0;
+    for (k, group) in groups.iter().enumerate() {
+        let head = batch.packet(group.first);
+        let dev = queue_of(head);
+        iovs.clear();
+        if group.is_coalesced() {
+            let len = write_gso_header(group, head, header);
+            iovs.push(iovec(&header[..len]));
+            for i in planner.members(group) {
+                iovs.push(iovec(&batch.packet(i)[group.hdr_len()..]));
+            }
+        } else {
+            iovs.push(iovec(&PLAIN_VNET_HDR));
+            iovs.push(iovec(head));
+        }
+        match dev.writev(iovs)? {
+            Step::Done(_) => {
+                written += group.members;
+                if group.is_coalesced() {
+                    dev.stats
+                        .super_packets_written
+                        .fetch_add(1, Ordering::Relaxed);
+                    dev.stats
+                        .segments_written
+                        .fetch_add(group.members as u64, Ordering::Relaxed);
+                }
+            }
+            Step::Skip if group.is_coalesced() => {
+                // The kernel refused the super-packet; its members may
+                // still be fine one by one.
+                for i in planner.members(group) {
+                    let one = [iovec(&PLAIN_VNET_HDR), iovec(batch.packet(i))];
+                    match dev.writev(&one)? {
+                        Step::Done(_) => written += 1,
+                        _ => {
+                            dev.dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+            Step::Skip => {
+                dev.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Step::WouldBlock => {
+                let rest: usize = groups[k..].iter().map(|g| g.members).sum();
+                dev.dropped.fetch_add(rest as u64, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    Ok(written)
 }
