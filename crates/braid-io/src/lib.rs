@@ -31,6 +31,6 @@ pub use sched::{
 };
 pub use sys::{advise_huge_pages, kernel_int, setsockopt_int, timespec_of};
 pub use tcp::TcpLine;
-pub use tun::{is_removed_error, LinkState, Offload, OffloadStats, Tun, TunRead};
+pub use tun::{is_removed_error, LinkState, Offload, OffloadStats, Tun, TunRead, MAX_QUEUES};
 pub use udp::UdpSocket;
 pub use wake::Waker;

@@ -247,6 +247,20 @@ pub const KEYS: &[KeySpec] = &[
         reload: Reload::Restart,
     },
     KeySpec {
+        name: "Queues",
+        section: Section::Interface,
+        origin: Origin::Braid,
+        syntax: "1-64",
+        doc: "Opens the TUN with this many queues (`IFF_MULTI_QUEUE`), each read, sealed \
+              and sent by a thread of its own, so many flows are encrypted on many cores at \
+              once. The kernel keeps each flow on one queue, so each flow stays in order. \
+              One flow gains nothing; worth it on a server or router with more cores than \
+              2 and many flows. 1 (the default) is a single-queue TUN.",
+        example: "4",
+        repeatable: false,
+        reload: Reload::Restart,
+    },
+    KeySpec {
         name: "Compression",
         section: Section::Interface,
         origin: Origin::Braid,

@@ -70,6 +70,9 @@ pub struct InterfaceConfig {
     /// braid: `RealtimePriority =`, the `SCHED_RR` priority of the data
     /// plane's threads; `None` (absent or `off`) is the normal class.
     pub realtime_priority: Option<u8>,
+    /// braid: `Queues =`, the TUN's queues, each read by a thread of its
+    /// own (default 1).
+    pub queues: usize,
 }
 
 /// braid's `MssFix =`: the largest MSS a TCP SYN or SYN-ACK crossing the
@@ -423,6 +426,7 @@ struct InterfaceBuilder {
     metrics_listen: Slot<Option<SocketAddr>>,
     log_level: Slot<crate::log::Level>,
     realtime_priority: Slot<Option<u8>>,
+    queues: Slot<usize>,
 }
 
 #[derive(Default)]
@@ -527,6 +531,7 @@ impl InterfaceBuilder {
                 parse_realtime_priority(value),
                 line,
             ),
+            "queues" => set_once(&mut self.queues, "Queues", parse_queues(value), line),
             "compression" => set_once(
                 &mut self.compression,
                 "Compression",
@@ -807,6 +812,7 @@ impl Parser<'_> {
                 metrics_listen: iface.metrics_listen.and_then(|v| v.0),
                 log_level: iface.log_level.map(|v| v.0),
                 realtime_priority: iface.realtime_priority.and_then(|v| v.0),
+                queues: iface.queues.map_or(1, |v| v.0),
             },
             peers,
         })
@@ -881,6 +887,14 @@ fn parse_realtime_priority(s: &str) -> Result<Option<u8>, String> {
         .filter(|v| (1..=u64::from(max)).contains(v))
         .map(|v| Some(v as u8))
         .ok_or_else(|| format!("invalid priority {s:?} (expected off or 1-{max})"))
+}
+
+fn parse_queues(s: &str) -> Result<usize, String> {
+    let max = braid_io::MAX_QUEUES;
+    parse_decimal(s)
+        .filter(|v| (1..=max as u64).contains(v))
+        .map(|v| v as usize)
+        .ok_or_else(|| format!("invalid queue count {s:?} (expected 1-{max})"))
 }
 
 fn parse_table(s: &str) -> Result<Table, String> {

@@ -179,6 +179,8 @@ fn good_configs() {
         ("[Interface]\nPrivateKey={SK}\nRealtimePriority = 20", |c| c.interface.realtime_priority == Some(20)),
         ("[Interface]\nPrivateKey={SK}\nrealtimepriority=99", |c| c.interface.realtime_priority == Some(99)),
         ("[Interface]\nPrivateKey={SK}\nRealtimePriority = OFF", |c| c.interface.realtime_priority.is_none()),
+        ("[Interface]\nPrivateKey={SK}", |c| c.interface.queues == 1),
+        ("[Interface]\nPrivateKey={SK}\nQueues = 4", |c| c.interface.queues == 4),
         ("[Interface]\nPrivateKey={SK}\nListenPort=0\nSaveConfig=false\nMTU=65535", |c| {
             c.interface.listen_port == Some(0) && c.interface.mtu == Some(65535)
         }),
@@ -243,6 +245,9 @@ fn bad_configs() {
         ("[Interface]\nPrivateKey={SK}\nRealtimePriority = 0", Some(3), Some("RealtimePriority"), "invalid priority \"0\" (expected off or 1-99)"),
         ("[Interface]\nPrivateKey={SK}\nRealtimePriority = 100", Some(3), Some("RealtimePriority"), "invalid priority \"100\""),
         ("[Interface]\nPrivateKey={SK}\nRealtimePriority = rr", Some(3), Some("RealtimePriority"), "expected off or 1-99"),
+        ("[Interface]\nPrivateKey={SK}\nQueues = 0", Some(3), Some("Queues"), "invalid queue count \"0\" (expected 1-64)"),
+        ("[Interface]\nPrivateKey={SK}\nQueues = 65", Some(3), Some("Queues"), "invalid queue count \"65\""),
+        ("[Interface]\nPrivateKey={SK}\nQueues = many", Some(3), Some("Queues"), "expected 1-64"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nRealtimePriority = 20", Some(5), Some("RealtimePriority"), "unknown key in [Peer]"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nMssFix = 1000", Some(5), Some("MssFix"), "unknown key in [Peer]"),
         ("[Interface]\nPrivateKey={SK}\n[Peer]\nPublicKey={PEER}\nCipher = aes\n", Some(5), Some("Cipher"), "unknown cipher \"aes\""),

@@ -66,6 +66,14 @@
 //! virtual machine a wake-up of an idle core costs about 10 µs, which is
 //! what a ping through the tunnel and a TCP window waited for.
 //!
+//! With `Queues = N` the TUN has N queues. Queue 0 is served as above;
+//! each other queue has a thread of its own that reads it, seals and
+//! sends (`run_queue`). The kernel hands all packets of a flow to one
+//! queue (braid-io writes each flow to one queue, and the kernel follows
+//! that), so each flow is read, sealed and sent by one thread, in order;
+//! several flows are sealed on several cores at once. Batches leave in
+//! the order of their counters (see [`SendOrder`]).
+//!
 //! For the same reason the outbound thread watches the TUN only while
 //! sending is bulk; otherwise the main thread watches it next to the
 //! lines (see [`run_outbound`]). And after a light send whose answers
@@ -77,6 +85,7 @@ use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
 use super::pmtu::{self, PathMtu};
 use super::realtime::Realtime;
+use super::send_order::SendOrder;
 use super::tcp_lines;
 use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
@@ -137,6 +146,12 @@ pub struct Shared {
     /// tells by them what a wake-up moved (see `spin`).
     tun_sent: AtomicU64,
     tun_written: AtomicU64,
+    /// Packets read from TUN queues 1.. and sent (by `run_queue`).
+    extra_queues_sent: AtomicU64,
+    /// With more than one TUN queue: the order batches leave in.
+    send_order: Option<SendOrder>,
+    /// Ends the sleep of the threads of queues 1.. (stop).
+    queue_waker: Waker,
 }
 
 /// The batches and crypto jobs of one direction (sending from the TUN, or
@@ -196,6 +211,7 @@ impl Shared {
         } = settings;
         let helper_parts = Arc::new(AtomicU64::new(0));
         let stride = stride_for(mtu as usize);
+        let send_order = (tun.queue_count() > 1).then(SendOrder::default);
         Ok(Shared {
             device: Mutex::new(device),
             tun,
@@ -230,6 +246,9 @@ impl Shared {
             outbound_waker: Waker::new()?,
             tun_sent: AtomicU64::new(0),
             tun_written: AtomicU64::new(0),
+            extra_queues_sent: AtomicU64::new(0),
+            send_order,
+            queue_waker: Waker::new()?,
         })
     }
 
@@ -337,6 +356,7 @@ impl Shared {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.waker.wake();
         let _ = self.outbound_waker.wake();
+        let _ = self.queue_waker.wake();
     }
 
     /// Whether the main thread is to watch the TUN in its poll.
@@ -361,6 +381,11 @@ impl Shared {
     /// Packets read from the TUN and sent so far (see `tun_sent`).
     pub fn tun_packets_sent(&self) -> u64 {
         self.tun_sent.load(Ordering::Relaxed)
+    }
+
+    /// Packets read from TUN queues 1.. and sent so far.
+    pub fn extra_queues_packets_sent(&self) -> u64 {
+        self.extra_queues_sent.load(Ordering::Relaxed)
     }
 
     /// Packets written to the TUN so far (see `tun_written`).
@@ -408,9 +433,9 @@ fn nanos_since(epoch: Instant, at: Instant) -> u64 {
 
 // ----- outbound: TUN ─► lines (steps 1–7 of the first diagram) -----
 
-/// Reads one batch from the TUN and sends it; returns what the read
-/// brought (0 packets: the TUN had nothing).
-fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunRead> {
+/// Reads one batch from TUN queue `queue` and sends it; returns what the
+/// read brought (0 packets: the queue had nothing).
+fn send_one_batch(shared: &Shared, queue: usize, sender: &mut Scratch) -> std::io::Result<TunRead> {
     let Scratch {
         batch,
         control,
@@ -418,7 +443,7 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
         helpers,
     } = sender;
     fit(batch, shared.stride());
-    let mut read = shared.tun.read_batch(batch)?;
+    let mut read = shared.tun.read_batch_on(queue, batch)?;
     // A packet longer than the slots (the MTU went up just now) waits in
     // the TUN for bigger ones; a few rounds at most, as the slots only grow.
     for _ in 0..3 {
@@ -427,7 +452,7 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
         };
         shared.need_slots_for(len);
         fit(batch, shared.stride());
-        read = shared.tun.read_batch(batch)?;
+        read = shared.tun.read_batch_on(queue, batch)?;
     }
     if let Some(len) = read.oversize {
         shared.need_slots_for(len);
@@ -441,17 +466,22 @@ fn send_one_batch(shared: &Shared, sender: &mut Scratch) -> std::io::Result<TunR
     shared.clamp_mss(batch);
     shared.path_mtu.answer_oversize(&shared.tun, batch)?;
     let now = Instant::now();
-    let (pending, deadline, too_big) = {
+    let (pending, deadline, too_big, ticket) = {
         let mut device = shared.device();
         device.prepare_encapsulate(now, batch, jobs);
         (
             device.has_pending_transmit(),
             device.poll_timeout(),
             device.has_too_big(),
+            shared.send_order.as_ref().map(SendOrder::take),
         )
     };
     helpers.seal(jobs, batch);
+    if let Some(ticket) = &ticket {
+        ticket.wait_turn();
+    }
     shared.send(batch)?;
+    drop(ticket);
     if too_big {
         shared
             .path_mtu
@@ -492,7 +522,7 @@ pub fn send_from_tun_if_idle(shared: &Shared, max_batches: usize) -> std::io::Re
         return Ok(());
     };
     for sent in 1.. {
-        let read = send_one_batch(shared, &mut sender)?;
+        let read = send_one_batch(shared, 0, &mut sender)?;
         if read.packets == 0 || read.emptied {
             break;
         }
@@ -517,7 +547,7 @@ const BULK_BATCH: usize = 16;
 pub fn send_from_tun_as_watcher(shared: &Shared) -> std::io::Result<()> {
     let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..SEND_BATCHES_PER_WATCHER_WAKE {
-        let read = send_one_batch(shared, &mut sender)?;
+        let read = send_one_batch(shared, 0, &mut sender)?;
         if read.packets >= BULK_BATCH {
             break;
         }
@@ -589,7 +619,7 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
             let mut bulk = false;
             while !shared.stopping() {
                 let mut sender = shared.sender.lock().unwrap_or_else(|e| e.into_inner());
-                let read = send_one_batch(&shared, &mut sender)?;
+                let read = send_one_batch(&shared, 0, &mut sender)?;
                 if read.packets == 0 {
                     break;
                 }
@@ -614,6 +644,50 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
             {
                 light_wakes = 0;
                 shared.hand_tun_to_main();
+            }
+        }
+        Ok(())
+    })();
+    // Whatever ended this thread ends the interface.
+    shared.request_stop();
+    result
+}
+
+/// The thread of TUN queue `queue` (1 or more): reads it, seals and sends,
+/// until told to stop or the TUN fails; returns the error that ended it,
+/// if any. Unlike queue 0's it always watches its queue: the answers to
+/// what the main thread writes for its flows come back on it.
+pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
+    let result = (|| {
+        // The queues are the parallelism here: no helpers of their own.
+        let mut sender = Scratch::new(
+            shared.stride(),
+            0,
+            "braid-seal",
+            shared.helper_parts.clone(),
+            None,
+        )?;
+        while !shared.stopping() {
+            if !shared.tun.has_pending_on(queue) {
+                let fds = [
+                    (shared.tun.queue_fd(queue), Interest::READABLE),
+                    (shared.queue_waker.as_raw_fd(), Interest::READABLE),
+                ];
+                if !poll::wait(&fds, Some(OUTBOUND_POLL))?.is_readable(0) {
+                    continue;
+                }
+            }
+            while !shared.stopping() {
+                let read = send_one_batch(&shared, queue, &mut sender)?;
+                shared
+                    .extra_queues_sent
+                    .fetch_add(read.packets as u64, Ordering::Relaxed);
+                if read.packets >= BULK_BATCH {
+                    receive_if_idle(&shared)?;
+                }
+                if read.packets == 0 || (read.emptied && !shared.tun.has_pending_on(queue)) {
+                    break;
+                }
             }
         }
         Ok(())

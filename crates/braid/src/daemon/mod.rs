@@ -30,6 +30,7 @@ pub mod realtime;
 mod reload;
 pub mod requests;
 pub mod routes;
+mod send_order;
 pub mod spin;
 pub mod tcp_lines;
 
@@ -145,6 +146,13 @@ pub fn run(req: UpRequest, mut ready: ReadyPipe) -> std::io::Result<()> {
             r.priority
         );
     }
+    if daemon.shared.tun.queue_count() > 1 {
+        crate::info!(
+            name,
+            "{} TUN queues, a thread each",
+            daemon.shared.tun.queue_count()
+        );
+    }
     if daemon.shared.crypto_helpers > 0 {
         crate::info!(
             name,
@@ -233,7 +241,14 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     if let Some(cfg) = &req.config {
         run_hooks(name, &cfg.interface.pre_up)?;
     }
-    let tun = Tun::create(name)?;
+    let queues = req.config.as_ref().map_or(1, |c| c.interface.queues);
+    let tun = Tun::create_queues(name, braid_io::Offload::Auto, queues).map_err(|e| {
+        if queues > 1 {
+            std::io::Error::new(e.kind(), format!("Queues = {queues}: {e}"))
+        } else {
+            e
+        }
+    })?;
     let mtu = req
         .config
         .as_ref()
@@ -457,12 +472,42 @@ impl Daemon {
                 }
                 dataplane::run_outbound(shared)
             })?;
+        let mut queues = Vec::new();
+        for queue in 1..self.shared.tun.queue_count() {
+            let shared = self.shared.clone();
+            let thread = format!("braid-queue-{queue}");
+            let spawned = std::thread::Builder::new()
+                .name(thread.clone())
+                .spawn(move || {
+                    if let Some(r) = &shared.realtime {
+                        r.join(&thread);
+                    }
+                    dataplane::run_queue(shared, queue)
+                });
+            match spawned {
+                Ok(handle) => queues.push(handle),
+                Err(e) => {
+                    self.shared.request_stop();
+                    let _ = outbound.join();
+                    for handle in queues {
+                        let _ = handle.join();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let result = self.main_loop();
         self.shared.request_stop();
         let outbound = outbound
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("outbound thread panicked")));
-        let result = result.and(outbound);
+        let mut result = result.and(outbound);
+        for handle in queues {
+            let queue = handle
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a TUN queue's thread panicked")));
+            result = result.and(queue);
+        }
         // A read or write on the TUN of a deleted interface fails
         // (EBADFD), wherever the interface was: that is its removal, a
         // stop like any other, not an I/O failure.
@@ -663,6 +708,8 @@ impl Daemon {
             ("too_big_answered", self.shared.path_mtu.answer_counts().0),
             ("too_big_suppressed", self.shared.path_mtu.answer_counts().1),
             ("crypto_helpers", self.shared.crypto_helpers as u64),
+            ("tun_queues", self.shared.tun.queue_count() as u64),
+            ("tun_queue_packets", self.shared.extra_queues_packets_sent()),
             (
                 "realtime_priority",
                 self.shared

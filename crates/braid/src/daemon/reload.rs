@@ -459,6 +459,7 @@ pub fn restart_notes(old: &Config, new: &Config) -> Vec<String> {
             o.realtime_priority != n.realtime_priority,
         ),
         ("MetricsListen", o.metrics_listen != n.metrics_listen),
+        ("Queues", o.queues != n.queues),
     ];
     let mut notes: Vec<String> = changed
         .iter()

@@ -178,6 +178,17 @@ pub const DEVICE: &[Export] = &[
         "Batch parts sealed or opened by crypto helpers.",
     ),
     gauge(
+        "tun_queues",
+        "braid_tun_queues",
+        1.0,
+        "TUN queues, each read by a thread of its own (Queues).",
+    ),
+    counter(
+        "tun_queue_packets",
+        "braid_tun_queue_packets_total",
+        "Packets read from TUN queues other than the first and sent.",
+    ),
+    gauge(
         "realtime_priority",
         "braid_realtime_priority",
         1.0,

@@ -51,6 +51,7 @@ mod package;
 mod plots;
 mod pmtu;
 mod privilege;
+mod queues;
 mod rate_limit;
 mod realtime;
 mod reload;

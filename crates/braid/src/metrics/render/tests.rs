@@ -200,6 +200,8 @@ fn every_counter_of_the_snapshot_is_in_a_table() {
         "crypto_helpers",
         "crypto_helper_parts",
         "realtime_priority",
+        "tun_queues",
+        "tun_queue_packets",
         "compressed_tx",
         "compressed_rx",
         "decompress_failed",
