@@ -32,7 +32,7 @@ pub const USAGE: &str = "\
 usage: braid bench tunnel [--vpn KIND] [--cipher auto|chacha20poly1305|aes256gcm]
                           [--seconds N] [--rounds R] [--netem \"FLAGS\"]
                           [--paths 1|2] [--transport udp|tcp] [--loss PCT]
-                          [--cc cubic|bbr|...] [--vpn-realtime N] [--quick] [--json] [--label TEXT] [--plot FILE.svg]
+                          [--cc cubic|bbr|...] [--vpn-realtime N] [--vpn-queues N] [--quick] [--json] [--label TEXT] [--plot FILE.svg]
 
 Measures one VPN between two network namespaces joined by veth: iperf3 one
 TCP stream, four streams and one reverse stream (Gbit/s), ICMP echo every
@@ -66,6 +66,8 @@ table (or --json) on stdout.
                     1-99): braid by `RealtimePriority = N`, the others
                     started under `chrt -r N`; iperf3 and ping stay in
                     the normal class (unlike `chrt -r N braid bench ...`)
+  --vpn-queues N    braid only: `Queues = N` at both ends (a TUN queue and
+                    a sending thread per queue; 1-64)
   --quick           short runs, for tests
   --json            one JSON object: per-round numbers, medians, min, max
   --label TEXT      the case's name in the progress line and the output
@@ -89,6 +91,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
         loss: None,
         cc: None,
         vpn_realtime: None,
+        vpn_queues: None,
         quick: false,
         json: false,
         label: None,
@@ -119,6 +122,7 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
             "--loss" => o.loss = Some(underlay_loss::parse(&args.value(a)?)?),
             "--cc" => o.cc = Some(parse_cc(&args.value(a)?)?),
             "--vpn-realtime" => o.vpn_realtime = Some(args.number(a, 1..=99)?),
+            "--vpn-queues" => o.vpn_queues = Some(args.number(a, 1..=braid_io::MAX_QUEUES)?),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
     }
@@ -128,6 +132,9 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     }
     if o.vpn_realtime.is_some() && o.vpn == VpnKind::None {
         return Err("--vpn-realtime needs a VPN; --vpn none has no tunnel".into());
+    }
+    if o.vpn_queues.is_some() && o.vpn != VpnKind::Braid {
+        return Err("--vpn-queues sets braid's Queues; it needs --vpn braid".into());
     }
     if o.paths > 1 && o.vpn != VpnKind::Braid {
         return Err("--paths 2 needs --vpn braid (the others have one line)".into());
@@ -186,6 +193,23 @@ pub fn run(argv: &[String]) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::toolkit::bench::args::argv;
+
+    #[test]
+    fn vpn_queues_takes_a_queue_count_and_needs_braid() {
+        let o = parse(&argv("--vpn-queues 4")).unwrap().unwrap();
+        assert_eq!(o.vpn_queues, Some(4));
+        assert_eq!(parse(&argv("")).unwrap().unwrap().vpn_queues, None);
+        for bad in ["--vpn-queues 0", "--vpn-queues 65", "--vpn-queues all"] {
+            assert!(parse(&argv(bad)).is_err(), "{bad}");
+        }
+        let other = parse(&argv("--vpn wireguard-go --vpn-queues 2"))
+            .err()
+            .unwrap();
+        assert!(
+            other.contains("--vpn-queues sets braid's Queues"),
+            "{other}"
+        );
+    }
 
     #[test]
     fn vpn_realtime_takes_a_real_time_priority_and_needs_a_vpn() {

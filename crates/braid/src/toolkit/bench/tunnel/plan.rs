@@ -27,6 +27,8 @@ pub(super) struct Opts {
     pub(super) cc: Option<String>,
     /// `--vpn-realtime N`: the VPN's threads at SCHED_RR N.
     pub(super) vpn_realtime: Option<u8>,
+    /// `--vpn-queues N`: braid's `Queues = N` (None: not written, 1).
+    pub(super) vpn_queues: Option<usize>,
     pub(super) quick: bool,
     pub(super) json: bool,
     pub(super) label: Option<String>,

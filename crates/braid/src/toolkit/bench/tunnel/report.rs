@@ -54,6 +54,9 @@ impl Report {
             o.vpn_realtime
                 .map(|p| format!(", VPN at SCHED_RR {p}"))
                 .unwrap_or_default()
+                + &o.vpn_queues
+                    .map(|n| format!(", {n} TUN queues"))
+                    .unwrap_or_default()
         );
         println!(
             "{:<24}{:>10}{:>10}{:>10}{:>10}",
@@ -117,6 +120,7 @@ impl Report {
             "cipher": o.cipher.name(),
             "cc": o.cc,
             "vpn_realtime_priority": o.vpn_realtime,
+            "vpn_queues": o.vpn_queues,
             "netem": self.netem,
             "seconds": o.seconds,
             "rounds": o.rounds,

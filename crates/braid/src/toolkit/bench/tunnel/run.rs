@@ -148,6 +148,7 @@ pub(super) fn measure_all(o: &Opts, progress: &mut Progress) -> LabResult<Report
         endpoint_port,
         transport_tcp: o.transport_tcp,
         realtime_priority: o.vpn_realtime,
+        queues: o.vpn_queues,
         redundant_lines: second_line.map(|(veth1, veth2)| {
             [
                 (veth1, UNDERLAY_B.to_string()),

@@ -209,6 +209,8 @@ pub struct Net {
     /// `--vpn-realtime N`: braid's `RealtimePriority = N`, `chrt -r N` for
     /// the others.
     pub realtime_priority: Option<u8>,
+    /// `--vpn-queues N`: braid's `Queues = N`.
+    pub queues: Option<usize>,
 }
 
 /// A tunnel that is up: where to send traffic and whom to charge for it.
@@ -299,7 +301,11 @@ fn braid(lab: &mut Lab, cipher: Cipher, net: &Net) -> LabResult<Tunnel> {
     let realtime_line = net
         .realtime_priority
         .map(|p| format!("RealtimePriority = {p}\n"))
-        .unwrap_or_default();
+        .unwrap_or_default()
+        + &net
+            .queues
+            .map(|n| format!("Queues = {n}\n"))
+            .unwrap_or_default();
     let conf_a = format!(
         "[Interface]\nPrivateKey = {key_a}\nAddress = {}/24\nListenPort = {VPN_PORT}\n{cipher_line}{realtime_line}\n\
          [Peer]\nPublicKey = {pub_b}\nAllowedIPs = {}/32\n{peer_route}{transport}",
