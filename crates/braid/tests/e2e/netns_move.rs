@@ -174,13 +174,29 @@ fn moved_interface_keeps_working_follows_mtu_moves_back_and_dies_with_deletion()
 /// `ip link del`.
 #[test]
 fn namespace_deleted_under_a_moved_interface_stops_the_daemon() {
-    let test = "namespace_deleted_under_a_moved_interface_stops_the_daemon";
+    deleted_namespace_stops_the_daemon(
+        "namespace_deleted_under_a_moved_interface_stops_the_daemon",
+        &[],
+    );
+}
+
+/// The same with a multi-queue TUN: every queue's thread sees the end.
+#[test]
+fn namespace_deleted_under_a_moved_multi_queue_interface_stops_the_daemon() {
+    deleted_namespace_stops_the_daemon(
+        "namespace_deleted_under_a_moved_multi_queue_interface_stops_the_daemon",
+        &["Queues = 3"],
+    );
+}
+
+fn deleted_namespace_stops_the_daemon(test: &str, braid_lines: &[&str]) {
     if !preflight(test, TOOLS) {
         return;
     }
     let env = TestEnv::new(test);
     let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
-    let (conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    let (mut conf_a, conf_b) = tunnel_confs(&ka, &kb, x);
+    conf_a.braid_lines = braid_lines.iter().map(|l| l.to_string()).collect();
     let peer = format!("198.19.{x}.2");
     let mut b = BraidUp::start(&env, &nsb, &ifb, &conf_b, BraidMode::Daemon);
     b.assert_up();
