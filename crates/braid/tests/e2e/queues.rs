@@ -2,8 +2,8 @@
 //! read by a thread of its own. Many SHA-256-checked TCP streams in both
 //! directions at once arrive whole and in order, the flows spread over the
 //! queues (the extra queues' threads carried packets), and `braid show`
-//! says how many queues there are. No test asserts how fast anything
-//! happened.
+//! says how many queues there are; the same against wireguard-go. No
+//! test asserts how fast anything happened.
 //!
 //! ```text
 //!  a: va 198.18.x.1/24 ── vb 198.18.x.2/24 :b      tunnel 198.19.x.1 ⇄ 198.19.x.2
@@ -31,21 +31,52 @@ fn interface_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
 
 #[test]
 fn flows_spread_over_tun_queues_and_each_stays_whole_and_in_order() {
-    let test = "flows_spread_over_tun_queues_and_each_stays_whole_and_in_order";
-    if !preflight(test, TOOLS) {
+    flows_over_queues(
+        "flows_spread_over_tun_queues_and_each_stays_whole_and_in_order",
+        Peer::Braid,
+    );
+}
+
+/// A stock WireGuard peer (wireguard-go) sees a plain WireGuard peer: the
+/// batches of braid's queues arrive in counter order, its flows whole.
+#[test]
+fn tun_queues_with_a_wireguard_go_peer() {
+    flows_over_queues("tun_queues_with_a_wireguard_go_peer", Peer::WireguardGo);
+}
+
+enum Peer {
+    /// braid with `Queues = 2` too.
+    Braid,
+    WireguardGo,
+}
+
+fn flows_over_queues(test: &str, peer: Peer) {
+    let mut tools = TOOLS.to_vec();
+    if matches!(peer, Peer::WireguardGo) {
+        tools.push("wireguard-go");
+    }
+    if !preflight(test, &tools) {
         return;
     }
     let env = TestEnv::new(test);
     let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
     let (mut ca, mut cb) = tunnel_confs(&ka, &kb, x);
     ca.braid_lines = vec!["Queues = 2".to_string()];
-    cb.braid_lines = vec!["Queues = 2".to_string()];
-    let mut b = BraidUp::start(&env, &nsb, &ifb, &cb, BraidMode::Daemon);
-    b.assert_up();
+    let mut sides = vec![(&nsa, &ifa)];
+    let _b = match peer {
+        Peer::Braid => {
+            cb.braid_lines = vec!["Queues = 2".to_string()];
+            let mut b = BraidUp::start(&env, &nsb, &ifb, &cb, BraidMode::Daemon);
+            b.assert_up();
+            sides.push((&nsb, &ifb));
+            (Some(b), None)
+        }
+        Peer::WireguardGo => (None, Some(wg_go(&env, &nsb, &ifb, &cb))),
+    };
     let mut a = BraidUp::start(&env, &nsa, &ifa, &ca, BraidMode::Foreground);
     a.assert_up();
     assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
-    for (ns, ifname) in [(&nsa, &ifa), (&nsb, &ifb)] {
+    for (ns, ifname) in &sides {
         assert_eq!(interface_counter(ns, ifname, "tun_queues"), 2);
     }
     let pid = a.child.as_ref().expect("foreground child").pid();
@@ -74,7 +105,7 @@ fn flows_spread_over_tun_queues_and_each_stays_whole_and_in_order() {
         eprintln!("[{test}] {way} {report}");
         assert!(report.intact(), "{way}: {report}");
     }
-    for (ns, ifname) in [(&nsa, &ifa), (&nsb, &ifb)] {
+    for (ns, ifname) in &sides {
         let extra = interface_counter(ns, ifname, "tun_queue_packets");
         eprintln!("[{test}] {ifname}: {extra} packets sent from queue 1");
         assert!(extra > 0, "{ifname}: no flow went through queue 1");
