@@ -58,6 +58,7 @@ pub fn checks() -> (Vec<Check>, CipherRates) {
     let mut v = vec![cpu(), cipher(&rates)];
     v.extend(socket_buffers());
     v.push(tun_offload());
+    v.push(tun_queues());
     v.extend(udp_offload());
     v.push(kernel());
     v.push(realtime());
@@ -276,6 +277,22 @@ fn tun_offload() -> Check {
             "tun offload",
             format!("cannot probe with a throwaway TUN: {e}"),
             "run `braid doctor` as root with /dev/net/tun present to check TUN offload",
+        ),
+    }
+}
+
+/// Whether `Queues = N` can be used: a throwaway TUN with two queues.
+fn tun_queues() -> Check {
+    let name = format!("bdoq{}", std::process::id());
+    match Tun::create_queues(&name, Offload::Auto, 2) {
+        Ok(_) => Check::ok(
+            "tun queues",
+            "the kernel opens multi-queue TUNs: Queues = N can be used (a sending thread per queue; worth it with more than 2 cores and many flows)",
+        ),
+        Err(e) => Check::warn(
+            "tun queues",
+            format!("a TUN with 2 queues could not be opened: {e}"),
+            "leave Queues at 1 here (a kernel with IFF_MULTI_QUEUE, any since 3.8, and root are needed)",
         ),
     }
 }
