@@ -73,9 +73,21 @@ impl<'e> TwoLines<'e> {
     /// Each line through a relay with its impairments (`None`: direct).
     pub fn start_impaired(
         env: &'e TestEnv,
+        namespaces: [&'e Netns; 2],
+        impairments: [Option<&[&str]>; 2],
+        peer_lines: &[&str],
+    ) -> TwoLines<'e> {
+        Self::start_configured(env, namespaces, impairments, peer_lines, &[])
+    }
+
+    /// Like [`TwoLines::start_impaired`], with `interface_lines` in both
+    /// ends' `[Interface]`.
+    pub fn start_configured(
+        env: &'e TestEnv,
         [nsa, nsb]: [&'e Netns; 2],
         impairments: [Option<&[&str]>; 2],
         peer_lines: &[&str],
+        interface_lines: &[&str],
     ) -> TwoLines<'e> {
         let test = &env.test;
         let x = env.octet();
@@ -108,10 +120,12 @@ impl<'e> TwoLines<'e> {
         let (ifa, ifb) = (env.ifname("a"), env.ifname("b"));
         let (ta, tb) = (format!("198.19.{x}.1"), format!("198.19.{x}.2"));
         let peer_lines: Vec<String> = peer_lines.iter().map(|l| l.to_string()).collect();
+        let interface_lines: Vec<String> = interface_lines.iter().map(|l| l.to_string()).collect();
         let conf_b = IfaceConf {
             private_key: kb.private.clone(),
             listen_port: Some(PORT_B),
             address: vec![format!("{tb}/24")],
+            braid_lines: interface_lines.clone(),
             peers: vec![PeerConf {
                 public_key: ka.public.clone(),
                 allowed_ips: vec![format!("{ta}/32")],
@@ -128,6 +142,7 @@ impl<'e> TwoLines<'e> {
         let conf_a = IfaceConf {
             private_key: ka.private.clone(),
             address: vec![format!("{ta}/24")],
+            braid_lines: interface_lines,
             peers: vec![PeerConf {
                 public_key: kb.public.clone(),
                 allowed_ips: vec![format!("{tb}/32")],
