@@ -20,12 +20,6 @@ const TOOLS: &[&str] = &["ip", "ping", "wg"];
 /// take part.
 const AS_FAST_AS_IT_GOES: u64 = 1 << 40;
 
-fn interface_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
-    let (show, text) = braid_show_json(ns, ifname);
-    extra_counter(&show["extra"], name)
-        .unwrap_or_else(|| panic!("`braid show {ifname} --json` has no {name}: {text}"))
-}
-
 #[test]
 fn helpers_keep_every_byte_in_order_both_ways() {
     let test = "helpers_keep_every_byte_in_order_both_ways";

@@ -469,6 +469,15 @@ pub fn braid_show_json(ns: &Netns, ifname: &str) -> (serde_json::Value, String) 
     show_json(ns, Path::new(BRAID), ifname)
 }
 
+/// An interface-wide counter of `braid show IFNAME --json` (its `extra`
+/// entries: `tun_queues`, `crypto_helpers`, …); panics, with the output,
+/// if there is none.
+pub fn interface_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
+    let (show, text) = braid_show_json(ns, ifname);
+    extra_counter(&show["extra"], name)
+        .unwrap_or_else(|| panic!("`braid show {ifname} --json` has no {name}: {text}"))
+}
+
 // ---------------------------------------------------------------------------
 // braid under test
 // ---------------------------------------------------------------------------

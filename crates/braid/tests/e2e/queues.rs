@@ -24,12 +24,6 @@ const FLOWS: u16 = 12;
 /// Unpaced: bulk batches, so sealing on two threads at once happens.
 const AS_FAST_AS_IT_GOES: u64 = 1 << 40;
 
-fn interface_counter(ns: &Netns, ifname: &str, name: &str) -> u64 {
-    let (show, text) = braid_show_json(ns, ifname);
-    extra_counter(&show["extra"], name)
-        .unwrap_or_else(|| panic!("`braid show {ifname} --json` has no {name}: {text}"))
-}
-
 #[test]
 fn flows_spread_over_tun_queues_and_each_stays_whole_and_in_order() {
     flows_over_queues(
