@@ -367,3 +367,76 @@ fn local_addresses_in_and_out() {
     );
     assert!(b.take_refused_sources().is_empty(), "reported once");
 }
+
+/// Everything each socket of `group` holds now (the senders are done):
+/// per socket, the (index, source) of each datagram.
+fn drain_group(group: &[UdpSocket]) -> Vec<Vec<(usize, SocketAddr)>> {
+    let mut batch = PacketBatch::new(64, 2048);
+    group
+        .iter()
+        .map(|sock| {
+            let mut got = Vec::new();
+            loop {
+                batch.clear();
+                if sock.recv_batch(&mut batch).unwrap() == 0 {
+                    break got;
+                }
+                for i in (0..batch.len()).filter(|&i| !batch.packet(i).is_empty()) {
+                    got.push((check(batch.packet(i)), batch.addr(i)));
+                }
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn socket_group_spreads_senders_and_keeps_each_on_one_socket() {
+    let group = UdpSocket::bind_group(0, 2).unwrap();
+    let port = group[0].local_port();
+    assert_ne!(port, 0);
+    assert_eq!(group[1].local_port(), port, "one port for the group");
+    // 32 senders, 8 datagrams each, over IPv4 and IPv6.
+    let senders: Vec<UdpSocket> = (0..32).map(|_| UdpSocket::bind(0).unwrap()).collect();
+    for round in 0..8 {
+        let mut batch = PacketBatch::new(senders.len(), 2048);
+        for (s, sender) in senders.iter().enumerate() {
+            batch.clear();
+            let ip = if s % 2 == 0 { V4 } else { V6 };
+            let i = s * 8 + round;
+            assert!(batch.push_with(0, SocketAddr::new(ip, port), |buf| payload(i, buf)));
+            assert_eq!(sender.send_batch(&batch).unwrap(), 1);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let got = drain_group(&group);
+    let total: usize = got.iter().map(Vec::len).sum();
+    assert_eq!(total, 32 * 8, "every datagram reached the group once");
+    for (k, socket) in got.iter().enumerate() {
+        assert!(
+            !socket.is_empty(),
+            "socket {k} of the group received nothing"
+        );
+        for &(i, src) in socket {
+            let sender = i / 8;
+            assert_eq!(src.port(), senders[sender].local_port());
+            // Every datagram of this sender is on this socket.
+            let here = socket.iter().filter(|&&(j, _)| j / 8 == sender).count();
+            assert_eq!(here, 8, "sender {sender} split over the group's sockets");
+        }
+    }
+}
+
+#[test]
+fn socket_group_of_one_is_a_plain_socket_and_zero_is_refused() {
+    let group = UdpSocket::bind_group(0, 1).unwrap();
+    assert_eq!(group.len(), 1);
+    // Without SO_REUSEPORT the port is the socket's alone.
+    let taken = UdpSocket::bind(group[0].local_port());
+    assert!(taken.is_err(), "a second socket bound the same port");
+    let zero = UdpSocket::bind_group(0, 0).map(|_| ()).unwrap_err();
+    assert!(zero.to_string().contains("not 0"), "{zero}");
+    let many = UdpSocket::bind_group(0, braid_io::udp::MAX_GROUP + 1)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(many.to_string().contains("1 to 64"), "{many}");
+}

@@ -53,6 +53,9 @@ use gso::TxScratch;
 /// the two copies of a packet went together (15,800 retransmissions in
 /// 5 s where one line had none); with 8 MiB, none.
 pub const SOCKET_BUFFER: usize = 8 << 20;
+/// The most sockets [`UdpSocket::bind_group`] joins on one port (one per
+/// TUN queue at most).
+pub const MAX_GROUP: usize = 64;
 
 /// A non-blocking UDP socket with batched I/O; see the module documentation.
 #[derive(Debug)]
@@ -83,6 +86,46 @@ impl UdpSocket {
         }
     }
 
+    /// `n` sockets (1 to [`MAX_GROUP`]) on one port, as [`bind`](Self::bind)
+    /// binds one, joined with `SO_REUSEPORT`: the kernel hands each
+    /// datagram to one of them by a hash of its addresses and ports, so
+    /// one sender's datagrams always reach the same socket and several
+    /// senders spread over all of them. Only sockets of the same user can
+    /// join a group, and the group is complete before this returns.
+    pub fn bind_group(port: u16, n: usize) -> io::Result<Vec<UdpSocket>> {
+        if !(1..=MAX_GROUP).contains(&n) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a UDP socket group has 1 to {MAX_GROUP} sockets, not {n}"),
+            ));
+        }
+        let reuse = n > 1;
+        let first = SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
+        let main = match Self::bind_with(first, None, reuse) {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL | libc::EPROTONOSUPPORT)
+                ) =>
+            {
+                let v4 = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+                Self::bind_with(v4, None, reuse)?
+            }
+            r => r?,
+        };
+        // The others on the port the first one got (port 0: a free one).
+        let mut addr = match main.is_ipv6() {
+            true => first,
+            false => SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+        };
+        addr.set_port(main.local_port());
+        let mut group = vec![main];
+        for _ in 1..n {
+            group.push(Self::bind_with(addr, None, true)?);
+        }
+        Ok(group)
+    }
+
     /// Binds exactly `addr`. An IPv6 address gets a dual-stack socket (for
     /// `[::]` that means IPv4 peers too); an IPv4 one an IPv4-only socket.
     pub fn bind_addr(addr: SocketAddr) -> io::Result<UdpSocket> {
@@ -93,6 +136,16 @@ impl UdpSocket {
     /// (SO_BINDTODEVICE): a line of a multipath tunnel leaves through its
     /// own interface whatever the routing table prefers.
     pub fn bind_on(addr: SocketAddr, device: Option<&str>) -> io::Result<UdpSocket> {
+        Self::bind_with(addr, device, false)
+    }
+
+    /// [`bind_on`](Self::bind_on), joining a `SO_REUSEPORT` group when
+    /// `reuse_port`.
+    fn bind_with(
+        addr: SocketAddr,
+        device: Option<&str>,
+        reuse_port: bool,
+    ) -> io::Result<UdpSocket> {
         let domain = match addr {
             SocketAddr::V4(_) => libc::AF_INET,
             SocketAddr::V6(_) => libc::AF_INET6,
@@ -112,6 +165,9 @@ impl UdpSocket {
 
         if ipv6 {
             setsockopt_int(raw, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0)?;
+        }
+        if reuse_port {
+            setsockopt_int(raw, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
         }
         if let Some(dev) = device {
             crate::sys::bind_to_device(raw, dev).map_err(|e| {

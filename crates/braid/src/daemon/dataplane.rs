@@ -72,7 +72,12 @@
 //! queue (braid-io writes each flow to one queue, and the kernel follows
 //! that), so each flow is read, sealed and sent by one thread, in order;
 //! several flows are sealed on several cores at once. Batches leave in
-//! the order of their counters (see [`SendOrder`]).
+//! the order of their counters (see [`TurnOrder`]). The main line is then
+//! a group of N sockets on one port, and queue K's thread also receives
+//! from socket K (steps 1–7 of the second diagram, without the receiver
+//! lock: no one else reads that socket). What the reorder windows put in
+//! order under the device lock reaches the TUN in that order: each batch
+//! takes a ticket there and writes when its turn comes.
 //!
 //! For the same reason the outbound thread watches the TUN only while
 //! sending is bulk; otherwise the main thread watches it next to the
@@ -85,8 +90,8 @@ use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
 use super::pmtu::{self, PathMtu};
 use super::realtime::Realtime;
-use super::send_order::SendOrder;
 use super::tcp_lines;
+use super::turn_order::TurnOrder;
 use crate::config::MssFix;
 use braid_core::batch::PacketBatch;
 use braid_core::device::{CryptoJobs, Device};
@@ -149,7 +154,13 @@ pub struct Shared {
     /// Packets read from TUN queues 1.. and sent (by `run_queue`).
     extra_queues_sent: AtomicU64,
     /// With more than one TUN queue: the order batches leave in.
-    send_order: Option<SendOrder>,
+    send_order: Option<TurnOrder>,
+    /// With more than one socket in the main line's group: the order
+    /// received batches reach the TUN in.
+    receive_order: Option<TurnOrder>,
+    /// Datagrams received on members 1.. of the main line's group (by
+    /// the threads of queues 1..).
+    extra_sockets_received: AtomicU64,
     /// Ends the sleep of the threads of queues 1.. (stop).
     queue_waker: Waker,
 }
@@ -211,7 +222,8 @@ impl Shared {
         } = settings;
         let helper_parts = Arc::new(AtomicU64::new(0));
         let stride = stride_for(mtu as usize);
-        let send_order = (tun.queue_count() > 1).then(SendOrder::default);
+        let send_order = (tun.queue_count() > 1).then(TurnOrder::default);
+        let receive_order = (lines.main_group_len() > 1).then(TurnOrder::default);
         Ok(Shared {
             device: Mutex::new(device),
             tun,
@@ -248,6 +260,8 @@ impl Shared {
             tun_written: AtomicU64::new(0),
             extra_queues_sent: AtomicU64::new(0),
             send_order,
+            receive_order,
+            extra_sockets_received: AtomicU64::new(0),
             queue_waker: Waker::new()?,
         })
     }
@@ -330,11 +344,14 @@ impl Shared {
         self.lines.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn replace_main_line(&self, socket: braid_io::UdpSocket) {
+    /// A new socket group for the main line (a `ListenPort` change); the
+    /// threads of queues 1.. poll their new member from their next round
+    /// on (within `OUTBOUND_POLL`).
+    pub fn replace_main_line(&self, group: Vec<braid_io::UdpSocket>) {
         self.lines
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .replace_main(socket);
+            .replace_main(group);
     }
 
     pub fn set_main_deadline(&self, at: Instant) {
@@ -386,6 +403,11 @@ impl Shared {
     /// Packets read from TUN queues 1.. and sent so far.
     pub fn extra_queues_packets_sent(&self) -> u64 {
         self.extra_queues_sent.load(Ordering::Relaxed)
+    }
+
+    /// Datagrams received on sockets 1.. of the main line's group so far.
+    pub fn extra_sockets_datagrams_received(&self) -> u64 {
+        self.extra_sockets_received.load(Ordering::Relaxed)
     }
 
     /// Packets written to the TUN so far (see `tun_written`).
@@ -473,7 +495,7 @@ fn send_one_batch(shared: &Shared, queue: usize, sender: &mut Scratch) -> std::i
             device.has_pending_transmit(),
             device.poll_timeout(),
             device.has_too_big(),
-            shared.send_order.as_ref().map(SendOrder::take),
+            shared.send_order.as_ref().map(TurnOrder::take),
         )
     };
     helpers.seal(jobs, batch);
@@ -667,17 +689,56 @@ pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
             shared.helper_parts.clone(),
             None,
         )?;
+        let mut receiver = Scratch::new(
+            shared.stride(),
+            0,
+            "braid-open",
+            shared.helper_parts.clone(),
+            None,
+        )?;
         while !shared.stopping() {
-            if !shared.tun.has_pending_on(queue) {
+            // The socket is looked up each round: a `ListenPort` change
+            // replaces the group.
+            let socket_fd = member_fd(&shared, queue);
+            let socket_pending = shared
+                .lines()
+                .member(queue)
+                .is_some_and(|s| s.has_pending());
+            let tun_pending = shared.tun.has_pending_on(queue);
+            let (tun_ready, socket_ready) = if tun_pending || socket_pending {
+                (tun_pending, socket_pending)
+            } else {
                 let fds = [
                     (shared.tun.queue_fd(queue), Interest::READABLE),
                     (shared.queue_waker.as_raw_fd(), Interest::READABLE),
+                    (socket_fd, Interest::READABLE),
                 ];
-                if !poll::wait(&fds, Some(OUTBOUND_POLL))?.is_readable(0) {
-                    continue;
-                }
+                let ready = match poll::wait(&fds, Some(OUTBOUND_POLL)) {
+                    Ok(ready) => ready,
+                    // A new `ListenPort` closed the socket after it was
+                    // looked up: the next round polls its successor.
+                    Err(e)
+                        if e.raw_os_error() == Some(libc::EBADF)
+                            && member_fd(&shared, queue) != socket_fd =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                };
+                (ready.is_readable(0), ready.is_readable(2))
+            };
+            if socket_ready {
+                let n = receive(
+                    &shared,
+                    &mut receiver,
+                    Source::Member(queue),
+                    RECEIVE_BATCHES_PER_WAKE,
+                )?;
+                shared
+                    .extra_sockets_received
+                    .fetch_add(n as u64, Ordering::Relaxed);
             }
-            while !shared.stopping() {
+            while tun_ready && !shared.stopping() {
                 let read = send_one_batch(&shared, queue, &mut sender)?;
                 shared
                     .extra_queues_sent
@@ -697,7 +758,26 @@ pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
     result
 }
 
+/// The descriptor of member `k` of the main line's socket group (-1, which
+/// poll skips, when there is none).
+fn member_fd(shared: &Shared, k: usize) -> std::os::fd::RawFd {
+    shared.lines().member(k).map_or(-1, |s| s.as_raw_fd())
+}
+
 // ----- inbound: lines ─► TUN (steps 1–8 of the second diagram) -----
+
+/// Where a thread receives from.
+#[derive(Debug, Clone, Copy)]
+pub enum Source {
+    /// A line (for line 0: the first socket of its group).
+    Line(usize),
+    /// Member k (1 or more) of the main line's socket group.
+    Member(usize),
+}
+
+/// How many batches a queue's thread receives from its socket per wake-up
+/// before it looks at its TUN queue again.
+const RECEIVE_BATCHES_PER_WAKE: usize = 8;
 
 /// Receives up to `max_batches` from `line`, decrypting outside the
 /// device lock, and writes what they carry to the TUN; then sends what
@@ -707,6 +787,16 @@ pub fn receive_from_line(
     shared: &Shared,
     receiver: &mut Scratch,
     line: usize,
+    max_batches: usize,
+) -> std::io::Result<usize> {
+    receive(shared, receiver, Source::Line(line), max_batches)
+}
+
+/// [`receive_from_line`] from a line or a member of the main line's group.
+fn receive(
+    shared: &Shared,
+    receiver: &mut Scratch,
+    from: Source,
     max_batches: usize,
 ) -> std::io::Result<usize> {
     let Scratch {
@@ -724,13 +814,22 @@ pub fn receive_from_line(
         // lock as the receive, not a second one per batch.
         let (n, strangers, oversize) = {
             let lines = shared.lines();
-            let n = lines.recv(line, batch)?;
-            let oversize = lines.take_oversize(line);
-            (
-                n,
-                n > 0 && tcp_lines::strangers_spoke(&lines, line, now),
-                oversize,
-            )
+            match from {
+                Source::Line(line) => {
+                    let n = lines.recv(line, batch)?;
+                    let oversize = lines.take_oversize(line);
+                    (
+                        n,
+                        n > 0 && tcp_lines::strangers_spoke(&lines, line, now),
+                        oversize,
+                    )
+                }
+                Source::Member(k) => {
+                    let n = lines.recv_member(k, batch)?;
+                    let oversize = lines.member(k).and_then(|s| s.take_oversize());
+                    (n, false, oversize)
+                }
+            }
         };
         // A datagram longer than the slots (a peer's MTU is bigger, or
         // went up first): with GRO it waits for the next round.
@@ -748,7 +847,7 @@ pub fn receive_from_line(
         shared.device().prepare_decapsulate(now, batch, jobs);
         answer_initiations(jobs, shared.cores);
         helpers.open(jobs, batch);
-        let (pending, queued) = {
+        let (pending, queued, ticket) = {
             let mut device = shared.device();
             device.finish_decapsulate(now, batch, jobs);
             // Initiations over the batch's budget wait for the main
@@ -757,17 +856,23 @@ pub fn receive_from_line(
             (
                 device.has_pending_transmit(),
                 queued.then(|| device.poll_timeout()),
+                shared.receive_order.as_ref().map(TurnOrder::take),
             )
         };
         if let Some(deadline) = queued {
             shared.wake_main_before(deadline);
         }
-        if strangers {
+        if let (true, Source::Line(line)) = (strangers, from) {
             // After the core authenticated what they sent.
             tcp_lines::mark_peer_connections(&shared.lines(), &shared.device(), line);
         }
         shared.clamp_mss(batch);
-        let written = shared.tun.write_batch(batch)? + write_released_into(shared, now, control)?;
+        if let Some(ticket) = &ticket {
+            ticket.wait_turn();
+        }
+        let written = shared.tun.write_batch(batch)?;
+        drop(ticket);
+        let written = written + write_released_into(shared, now, control)?;
         shared
             .tun_written
             .fetch_add(written as u64, Ordering::Relaxed);
@@ -844,11 +949,22 @@ fn write_released_into(
     let mut written = 0;
     loop {
         out.clear();
-        let more = shared.device().poll_tun(now, out);
+        let (more, ticket) = {
+            let mut device = shared.device();
+            let more = device.poll_tun(now, out);
+            let ticket = (!out.is_empty())
+                .then(|| shared.receive_order.as_ref().map(TurnOrder::take))
+                .flatten();
+            (more, ticket)
+        };
         if !out.is_empty() {
             shared.clamp_mss(out);
+            if let Some(ticket) = &ticket {
+                ticket.wait_turn();
+            }
             written += shared.tun.write_batch(out)?;
         }
+        drop(ticket);
         if !more {
             return Ok(written);
         }

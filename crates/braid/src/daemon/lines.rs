@@ -3,7 +3,10 @@
 //! line gets a socket of its own, tied to its interface so the datagrams
 //! leave through that line whatever the routing table prefers. TCP lines
 //! (opened by `tcp_lines`) join the same list; each entry is a [`Line`],
-//! UDP or TCP, driven the same way.
+//! UDP or TCP, driven the same way. With `Queues = N` the main line is a
+//! group of N sockets on the one port (`SO_REUSEPORT`): the kernel spreads
+//! the senders over them, and the thread of TUN queue k receives from
+//! member k (member 0 is line 0 itself). Everything is sent from line 0.
 
 use super::line::Line;
 use crate::config::Bind;
@@ -15,13 +18,20 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 pub struct Lines {
     sockets: Vec<Line>,
     binds: Vec<Option<Bind>>,
+    /// The main line's group beyond line 0 itself: member k is at k - 1.
+    members: Vec<UdpSocket>,
 }
 
 impl Lines {
-    pub fn new(main: UdpSocket) -> Lines {
+    /// The lines of an interface whose main line is `main_group` (see
+    /// `UdpSocket::bind_group`): the first socket is line 0.
+    pub fn new(main_group: Vec<UdpSocket>) -> Lines {
+        let mut group = main_group.into_iter();
+        let main = group.next().expect("a socket group has a first socket");
         Lines {
             sockets: vec![Line::Udp(main)],
             binds: vec![None],
+            members: group.collect(),
         }
     }
 
@@ -115,8 +125,39 @@ impl Lines {
             .expect("line 0 is the main UDP socket")
     }
 
-    pub fn replace_main(&mut self, socket: UdpSocket) {
-        self.sockets[0] = Line::Udp(socket);
+    /// The main line's group: line 0 and the members that receive beside it.
+    pub fn main_group(&self) -> impl Iterator<Item = &UdpSocket> {
+        std::iter::once(self.main()).chain(&self.members)
+    }
+
+    /// How many sockets the main line's group has (1 without `Queues`).
+    pub fn main_group_len(&self) -> usize {
+        1 + self.members.len()
+    }
+
+    /// Member `k` (1 or more) of the main line's group.
+    pub fn member(&self, k: usize) -> Option<&UdpSocket> {
+        self.members.get(k.checked_sub(1)?)
+    }
+
+    /// Receives one batch from member `k` (1 or more) of the main line's
+    /// group: datagrams of line 0.
+    pub fn recv_member(&self, k: usize, batch: &mut PacketBatch) -> io::Result<usize> {
+        match self.member(k) {
+            Some(socket) => socket.recv_batch(batch),
+            None => Ok(0),
+        }
+    }
+
+    /// A new group for the main line (a `ListenPort` change), as large as
+    /// the one it replaces.
+    pub fn replace_main(&mut self, main_group: Vec<UdpSocket>) {
+        debug_assert_eq!(main_group.len(), self.main_group_len());
+        let mut group = main_group.into_iter();
+        if let Some(main) = group.next() {
+            self.sockets[0] = Line::Udp(main);
+        }
+        self.members = group.collect();
     }
 
     /// Every line, UDP and TCP, by index.
@@ -124,8 +165,12 @@ impl Lines {
         &self.sockets
     }
 
+    /// Every UDP socket: the lines' and the main group's members.
     pub fn udp_sockets(&self) -> impl Iterator<Item = &UdpSocket> {
-        self.sockets.iter().filter_map(Line::udp)
+        self.sockets
+            .iter()
+            .filter_map(Line::udp)
+            .chain(&self.members)
     }
 
     /// Line `line` if it is a listening TCP line.

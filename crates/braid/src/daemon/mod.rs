@@ -30,9 +30,9 @@ pub mod realtime;
 mod reload;
 pub mod requests;
 pub mod routes;
-mod send_order;
 pub mod spin;
 pub mod tcp_lines;
+mod turn_order;
 
 use crate::background::{self, ReadyPipe};
 use crate::config::{Config, MssFix, Transport};
@@ -290,12 +290,13 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
     if let Some(mark) = full_tunnel_mark {
         state.fwmark = mark;
     }
-    let udp = UdpSocket::bind(state.listen_port)?;
-    state.listen_port = udp.local_port();
+    // One socket per TUN queue, so each queue's thread receives too.
+    let group = UdpSocket::bind_group(state.listen_port, queues)?;
+    state.listen_port = group[0].local_port();
     if state.fwmark != 0 {
-        set_fwmark(&udp, state.fwmark)?;
+        set_fwmark(&group, state.fwmark)?;
     }
-    let mut lines = lines::Lines::new(udp);
+    let mut lines = lines::Lines::new(group);
     if let Some(cfg) = &req.config {
         tcp_lines::open(&mut lines, cfg, state.listen_port, state.fwmark)?;
         apply_multipath(&mut device, &mut lines, cfg)?;
@@ -420,19 +421,25 @@ fn apply_multipath(
     Ok(())
 }
 
-fn set_fwmark(udp: &UdpSocket, mark: u32) -> std::io::Result<()> {
-    // SAFETY: setsockopt with a valid fd and a u32 option value.
-    let rc = unsafe {
-        libc::setsockopt(
-            udp.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MARK,
-            (&mark as *const u32).cast(),
-            std::mem::size_of::<u32>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
+/// Sets `SO_MARK` on every socket of a group (the main line's).
+fn set_fwmark<'a>(
+    group: impl IntoIterator<Item = &'a UdpSocket>,
+    mark: u32,
+) -> std::io::Result<()> {
+    for udp in group {
+        // SAFETY: setsockopt with a valid fd and a u32 option value.
+        let rc = unsafe {
+            libc::setsockopt(
+                udp.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_MARK,
+                (&mark as *const u32).cast(),
+                std::mem::size_of::<u32>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     Ok(())
 }
@@ -710,6 +717,11 @@ impl Daemon {
             ("crypto_helpers", self.shared.crypto_helpers as u64),
             ("tun_queues", self.shared.tun.queue_count() as u64),
             ("tun_queue_packets", self.shared.extra_queues_packets_sent()),
+            ("udp_sockets", self.shared.lines().main_group_len() as u64),
+            (
+                "udp_socket_datagrams",
+                self.shared.extra_sockets_datagrams_received(),
+            ),
             (
                 "realtime_priority",
                 self.shared
@@ -742,8 +754,9 @@ impl Daemon {
             );
             return Response::Error(errno);
         }
+        let group_len = self.shared.lines().main_group_len();
         let new_socket = match set.listen_port.filter(|&p| p != self.state.listen_port) {
-            Some(port) => match UdpSocket::bind(port) {
+            Some(port) => match UdpSocket::bind_group(port, group_len) {
                 Ok(udp) => Some(udp),
                 Err(e) => {
                     crate::warn!(self.name, "cannot listen on UDP port {port}: {e}");
@@ -754,9 +767,9 @@ impl Daemon {
         };
         let mark = set.fwmark.unwrap_or(self.state.fwmark);
         let marked = match &new_socket {
-            Some(udp) if mark != 0 => set_fwmark(udp, mark),
+            Some(group) if mark != 0 => set_fwmark(group, mark),
             Some(_) => Ok(()),
-            None if set.fwmark.is_some() => set_fwmark(self.shared.lines().main(), mark),
+            None if set.fwmark.is_some() => set_fwmark(self.shared.lines().main_group(), mark),
             None => Ok(()),
         };
         if marked.is_err() {
@@ -765,9 +778,9 @@ impl Daemon {
         if let Err(errno) = requests::apply_set(&mut self.shared.device(), set, now) {
             return Response::Error(errno);
         }
-        if let Some(udp) = new_socket {
-            self.state.listen_port = udp.local_port();
-            self.shared.replace_main_line(udp);
+        if let Some(group) = new_socket {
+            self.state.listen_port = group[0].local_port();
+            self.shared.replace_main_line(group);
         }
         self.state.fwmark = mark;
         if let Err(e) = dataplane::transmit_pending(&self.shared, now, &mut self.control_batch) {

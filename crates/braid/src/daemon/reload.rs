@@ -108,7 +108,7 @@ impl Daemon {
         let full_tunnel = super::routes::full_tunnel_mark(old).is_some();
         let new_socket = match new.interface.listen_port {
             Some(port) if port != self.state.listen_port => Some(
-                UdpSocket::bind(port)
+                UdpSocket::bind_group(port, self.shared.lines().main_group_len())
                     .map_err(|e| format!("cannot listen on UDP port {port}: {e}"))?,
             ),
             _ => None,
@@ -205,16 +205,16 @@ impl Daemon {
                 }
             }
         }
-        if let Some(socket) = new_socket {
-            self.state.listen_port = socket.local_port();
+        if let Some(group) = new_socket {
+            self.state.listen_port = group[0].local_port();
             if self.state.fwmark != 0 {
-                let _ = set_fwmark(&socket, self.state.fwmark);
+                let _ = set_fwmark(&group, self.state.fwmark);
             }
-            self.shared.replace_main_line(socket);
+            self.shared.replace_main_line(group);
         }
         let mark = new.interface.fwmark.unwrap_or(0);
         if mark != old.interface.fwmark.unwrap_or(0) && !full_tunnel {
-            match set_fwmark(self.shared.lines().main(), mark) {
+            match set_fwmark(self.shared.lines().main_group(), mark) {
                 Ok(()) => self.state.fwmark = mark,
                 Err(e) => notes.push(format!("FwMark {mark}: {e}")),
             }

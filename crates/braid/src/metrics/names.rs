@@ -189,6 +189,17 @@ pub const DEVICE: &[Export] = &[
         "Packets read from TUN queues other than the first and sent.",
     ),
     gauge(
+        "udp_sockets",
+        "braid_udp_sockets",
+        1.0,
+        "Sockets on ListenPort, one per TUN queue, each received from by that queue's thread.",
+    ),
+    counter(
+        "udp_socket_datagrams",
+        "braid_udp_socket_datagrams_total",
+        "Datagrams received on ListenPort sockets other than the first.",
+    ),
+    gauge(
         "realtime_priority",
         "braid_realtime_priority",
         1.0,

@@ -2,8 +2,11 @@
 //! read by a thread of its own. Many SHA-256-checked TCP streams in both
 //! directions at once arrive whole and in order, the flows spread over the
 //! queues (the extra queues' threads carried packets), and `braid show`
-//! says how many queues there are; the same against wireguard-go. No
-//! test asserts how fast anything happened.
+//! says how many queues there are; the same against wireguard-go. Each
+//! queue's thread also receives from a socket of its own on `ListenPort`:
+//! the peer's datagrams are steered onto the second one, and everything
+//! it sends comes through there. No test asserts how fast anything
+//! happened.
 //!
 //! ```text
 //!  a: va 198.18.x.1/24 ── vb 198.18.x.2/24 :b      tunnel 198.19.x.1 ⇄ 198.19.x.2
@@ -73,7 +76,21 @@ fn flows_over_queues(test: &str, peer: Peer) {
     assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
     for (ns, ifname) in &sides {
         assert_eq!(interface_counter(ns, ifname, "tun_queues"), 2);
+        assert_eq!(interface_counter(ns, ifname, "udp_sockets"), 2);
     }
+    // The kernel picks a's socket for b's datagrams by a hash of their
+    // ports: b moves to other ports until they land on a's second socket,
+    // whose thread (queue 1's) then receives all of b's traffic.
+    let mut moves = 0;
+    while interface_counter(&nsa, &ifa, "udp_socket_datagrams") == 0 {
+        moves += 1;
+        assert!(moves <= 24, "b's datagrams never reached a's second socket");
+        let port = (41000 + moves).to_string();
+        nsb.run("wg", &["set", &ifb, "listen-port", &port], SHORT)
+            .expect_ok("wg set listen-port");
+        assert!(ping_until_reply(&nsb, &format!("198.19.{x}.1"), LONG));
+    }
+    eprintln!("[{test}] b's datagrams reach a's second socket after {moves} port move(s)");
     let pid = a.child.as_ref().expect("foreground child").pid();
     let names: Vec<String> = threads(pid).into_iter().map(|(name, _)| name).collect();
     assert!(
@@ -105,6 +122,12 @@ fn flows_over_queues(test: &str, peer: Peer) {
         eprintln!("[{test}] {ifname}: {extra} packets sent from queue 1");
         assert!(extra > 0, "{ifname}: no flow went through queue 1");
     }
+    let received = interface_counter(&nsa, &ifa, "udp_socket_datagrams");
+    eprintln!("[{test}] {ifa}: {received} datagrams received on the second socket");
+    assert!(
+        received > 10_000,
+        "{ifa}: b's transfers did not come through the second socket"
+    );
     let log = a.log_text();
     assert!(log.contains("2 TUN queues, a thread each"), "{log}");
 }
@@ -162,6 +185,10 @@ fn aggregate_over_two_lines_with_queues_keeps_each_flow_in_order() {
     let (fast_tx, slow_tx) = (sent_on("clean"), sent_on("bad"));
     let extra = interface_counter(lab.nsa, &lab.ifa, "tun_queue_packets");
     eprintln!("[{test}] a sent {fast_tx} packets on the fast line, {slow_tx} on the slow one; {extra} from queue 1");
+    // Which socket of b's group each line lands on is the kernel's hash:
+    // when they differ, two threads fed b's reorder window.
+    let second_socket = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams");
+    eprintln!("[{test}] b received {second_socket} datagrams on its second socket");
     assert!(slow_tx > 0, "the slow line carried nothing: {paths:?}");
     assert!(extra > 0, "no flow went through queue 1");
     lab.stop();

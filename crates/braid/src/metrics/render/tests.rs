@@ -202,6 +202,8 @@ fn every_counter_of_the_snapshot_is_in_a_table() {
         "realtime_priority",
         "tun_queues",
         "tun_queue_packets",
+        "udp_sockets",
+        "udp_socket_datagrams",
         "compressed_tx",
         "compressed_rx",
         "decompress_failed",

@@ -1,39 +1,51 @@
-//! Batches leave in the order their counters were given, when several
-//! pipelines send at once (one per TUN queue).
+//! Work that several pipelines do at once, finished in the order it was
+//! begun: batches leave for the lines in the order of their counters, and
+//! reach the TUN in the order the reorder windows released them.
 //!
-//! Each pipeline reads its queue, takes counters for the batch under the
-//! device lock, seals outside it and sends. Two pipelines sealing at once
-//! would otherwise put a peer's counters on the wire out of order: a stock
-//! WireGuard peer takes that (its replay window), but a braid peer's
-//! reorder window would hold the later batch until the earlier one came,
-//! and a flow in it waits for packets of flows that are not its own. With
-//! a ticket taken under the device lock right after the counters, and the
-//! send waiting for the ticket's turn, the sealing still runs on every
-//! core and only the sends (which the socket serialises anyway) queue up.
+//! **Sending** (one pipeline per TUN queue). Each pipeline reads its queue,
+//! takes counters for the batch under the device lock, seals outside it
+//! and sends. Two pipelines sealing at once would otherwise put a peer's
+//! counters on the wire out of order: a stock WireGuard peer takes that
+//! (its replay window), but a braid peer's reorder window would hold the
+//! later batch until the earlier one came, and a flow in it waits for
+//! packets of flows that are not its own.
+//!
+//! **Receiving** (one pipeline per socket of the `ListenPort` group). Each
+//! pipeline receives from its socket, opens outside the lock and hands the
+//! batch to the reorder windows under it. A multipath peer whose lines
+//! land on two sockets has its packets put in order there; written to the
+//! TUN by two threads at once they would leave it out of order again.
+//!
+//! Either way a ticket is taken under the device lock right where the
+//! order is decided, and the step that must keep it (the send, the TUN
+//! write) waits for the ticket's turn: the AEAD work still runs on every
+//! core, and only the system calls queue up, which the socket or the TUN
+//! serialises anyway.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
-/// The ticket counter and whose turn it is to send.
+/// The ticket counter and whose turn it is.
 #[derive(Debug, Default)]
-pub struct SendOrder {
+pub struct TurnOrder {
     issued: AtomicU64,
     turn: Mutex<u64>,
     turn_changed: Condvar,
 }
 
-/// A batch's place in the sending order; its turn passes on when it is
-/// dropped (after the send, or when the send failed or never happened),
-/// so no pipeline waits for a batch that will not come.
+/// A batch's place in the order; its turn passes on when it is dropped
+/// (after the send or write, or when it failed or never happened), so no
+/// pipeline waits for a batch that will not come.
 #[must_use = "the turn passes on when the ticket is dropped"]
 pub struct Ticket<'a> {
-    order: &'a SendOrder,
+    order: &'a TurnOrder,
     number: u64,
 }
 
-impl SendOrder {
-    /// The next ticket. Take it under the lock that gave the batch its
-    /// counters, so tickets and counters come in the same order.
+impl TurnOrder {
+    /// The next ticket. Take it under the lock that decided the batch's
+    /// place (its counters, its release from the reorder windows), so
+    /// tickets and that order agree.
     pub fn take(&self) -> Ticket<'_> {
         Ticket {
             order: self,
@@ -75,7 +87,7 @@ mod tests {
 
     #[test]
     fn sends_follow_the_tickets_whatever_order_the_work_ends_in() {
-        let order = Arc::new(SendOrder::default());
+        let order = Arc::new(TurnOrder::default());
         let sent = Arc::new(Mutex::new(Vec::new()));
         let taken = Mutex::new(());
         std::thread::scope(|scope| {
@@ -109,7 +121,7 @@ mod tests {
 
     #[test]
     fn a_ticket_dropped_without_sending_passes_its_turn_on() {
-        let order = SendOrder::default();
+        let order = TurnOrder::default();
         let first = order.take();
         let second = order.take();
         drop(first);
