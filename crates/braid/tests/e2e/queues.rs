@@ -193,3 +193,86 @@ fn aggregate_over_two_lines_with_queues_keeps_each_flow_in_order() {
     assert!(extra > 0, "no flow went through queue 1");
     lab.stop();
 }
+
+/// One peer's two lines landing on the two sockets of b's `ListenPort`
+/// group: two threads receive its packets and feed its one reorder window
+/// at once, and what they write to the TUN still comes out in order. The
+/// lines are direct and alike, and in redundant mode every packet comes
+/// on both: the two threads race for each one, the first copy counts
+/// and the other is dropped. Which socket a line lands on is the kernel's hash of its
+/// ports: the lab starts again (new ports for a's lines) until the lines
+/// are on different sockets.
+#[test]
+fn a_peer_whose_lines_land_on_two_sockets_stays_in_order() {
+    let test = "a_peer_whose_lines_land_on_two_sockets_stays_in_order";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+    let x = env.octet();
+    for start in 1..=16 {
+        let lab = TwoLines::start_configured(
+            &env,
+            [&nsa, &nsb],
+            [None, None],
+            &["Mode = redundant"],
+            &["Queues = 2"],
+        );
+        // Probes on both lines, 20 a second each.
+        std::thread::sleep(Duration::from_secs(1));
+        let (second, all) = (second_socket_datagrams(&lab), received_datagrams(&lab));
+        let share = second as f64 / all.max(1) as f64;
+        eprintln!("[{test}] start {start}: {second} of {all} datagrams on b's second socket");
+        if !(0.2..=0.8).contains(&share) {
+            lab.stop();
+            continue;
+        }
+        let secs = Duration::from_secs(3);
+        let transfers: Vec<TcpTransfer> = (0..6u16)
+            .map(|flow| {
+                let to_b: SocketAddr = format!("198.19.{x}.2:{}", 7500 + flow).parse().unwrap();
+                TcpTransfer::start(&nsa.name, &nsb.name, to_b, AS_FAST_AS_IT_GOES, secs)
+            })
+            .collect();
+        let to_b: SocketAddr = format!("198.19.{x}.2:7600").parse().unwrap();
+        let numbered = UdpSequence::start(&nsa.name, &nsb.name, to_b, 1000, secs).finish();
+        eprintln!("[{test}] {numbered}");
+        for transfer in transfers {
+            let report = transfer.finish();
+            eprintln!("[{test}] {report}");
+            assert!(report.intact(), "{report}");
+        }
+        assert_eq!(numbered.out_of_order, 0, "{numbered}");
+        assert!(numbered.received > 0, "{numbered}");
+        // Both lines carried the transfers, so both sockets did.
+        let paths = lab.paths();
+        let sent: Vec<u64> = paths
+            .iter()
+            .map(|p| p["tx_packets"].as_u64().unwrap_or(0))
+            .collect();
+        let second = second_socket_datagrams(&lab);
+        eprintln!("[{test}] a sent {sent:?} packets per line; b's second socket received {second}");
+        assert!(
+            sent.len() == 2 && sent.iter().all(|&n| n > 10_000),
+            "a line carried little: {paths:?}"
+        );
+        assert!(second > 10_000, "b's second socket received {second}");
+        lab.stop();
+        return;
+    }
+    panic!("{test}: in 16 starts a's lines always landed on one socket of b's group");
+}
+
+fn second_socket_datagrams(lab: &TwoLines) -> u64 {
+    interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams")
+}
+
+/// What b received from a, all paths together (a little less than the
+/// datagrams: handshakes are not counted on a path).
+fn received_datagrams(lab: &TwoLines) -> u64 {
+    let (show, _) = braid_show_json(lab.nsb, &lab.ifb);
+    show["peers"][0]["paths"].as_array().map_or(0, |paths| {
+        paths.iter().filter_map(|p| p["rx_packets"].as_u64()).sum()
+    })
+}
