@@ -284,15 +284,18 @@ fn tun_offload() -> Check {
 /// Whether `Queues = N` can be used: a throwaway TUN with two queues.
 fn tun_queues() -> Check {
     let name = format!("bdoq{}", std::process::id());
-    match Tun::create_queues(&name, Offload::Auto, 2) {
+    let queues = Tun::create_queues(&name, Offload::Auto, 2);
+    // Queues = N also opens N sockets on ListenPort.
+    let sockets = UdpSocket::bind_group(0, 2);
+    match queues.and(sockets) {
         Ok(_) => Check::ok(
             "tun queues",
-            "the kernel opens multi-queue TUNs: Queues = N can be used (a sending thread per queue; worth it with more than 2 cores and many flows)",
+            "the kernel opens multi-queue TUNs and SO_REUSEPORT socket groups: Queues = N can be used (a thread per queue that sends its flows and receives from its own socket; worth it with more than 2 cores and many flows or peers)",
         ),
         Err(e) => Check::warn(
             "tun queues",
-            format!("a TUN with 2 queues could not be opened: {e}"),
-            "leave Queues at 1 here (a kernel with IFF_MULTI_QUEUE, any since 3.8, and root are needed)",
+            format!("a TUN with 2 queues, or 2 UDP sockets on one port, could not be opened: {e}"),
+            "leave Queues at 1 here (a kernel with IFF_MULTI_QUEUE and SO_REUSEPORT, any since 3.9, and root are needed)",
         ),
     }
 }
