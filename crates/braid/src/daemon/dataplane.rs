@@ -682,28 +682,20 @@ pub fn run_outbound(shared: Arc<Shared>) -> std::io::Result<()> {
 pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
     let result = (|| {
         // The queues are the parallelism here: no helpers of their own.
-        let mut sender = Scratch::new(
-            shared.stride(),
-            0,
-            "braid-seal",
-            shared.helper_parts.clone(),
-            None,
-        )?;
-        let mut receiver = Scratch::new(
-            shared.stride(),
-            0,
-            "braid-open",
-            shared.helper_parts.clone(),
-            None,
-        )?;
+        let scratch =
+            |name| Scratch::new(shared.stride(), 0, name, shared.helper_parts.clone(), None);
+        let (mut sender, mut receiver) = (scratch("braid-seal")?, scratch("braid-open")?);
         while !shared.stopping() {
             // The socket is looked up each round: a `ListenPort` change
             // replaces the group.
-            let socket_fd = member_fd(&shared, queue);
-            let socket_pending = shared
-                .lines()
-                .member(queue)
-                .is_some_and(|s| s.has_pending());
+            let (socket_fd, socket_pending) = {
+                let lines = shared.lines();
+                let member = lines.member(queue);
+                (
+                    member.map_or(-1, |s| s.as_raw_fd()),
+                    member.is_some_and(|s| s.has_pending()),
+                )
+            };
             let tun_pending = shared.tun.has_pending_on(queue);
             let (tun_ready, socket_ready) = if tun_pending || socket_pending {
                 (tun_pending, socket_pending)

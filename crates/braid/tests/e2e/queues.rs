@@ -153,27 +153,16 @@ fn aggregate_over_two_lines_with_queues_keeps_each_flow_in_order() {
         &["Mode = aggregate"],
         &["Queues = 2"],
     );
-    let x = env.octet();
-    let secs = Duration::from_secs(4);
     // 10 × 6 Mbit/s: more than the fast line carries, and with the
     // datagrams 11 flows, all on queue 0 by chance once in 2,048 runs.
-    let per_flow = 6_000_000 / 8;
-    let transfers: Vec<TcpTransfer> = (0..10u16)
-        .map(|flow| {
-            let to_b: SocketAddr = format!("198.19.{x}.2:{}", 7300 + flow).parse().unwrap();
-            TcpTransfer::start(&nsa.name, &nsb.name, to_b, per_flow, secs)
-        })
-        .collect();
-    let to_b: SocketAddr = format!("198.19.{x}.2:7400").parse().unwrap();
-    let numbered = UdpSequence::start(&nsa.name, &nsb.name, to_b, 500, secs).finish();
-    eprintln!("[{test}] {numbered}");
-    for transfer in transfers {
-        let report = transfer.finish();
-        eprintln!("[{test}] {report}");
-        assert!(report.intact(), "{report}");
-    }
-    assert_eq!(numbered.out_of_order, 0, "{numbered}");
-    assert!(numbered.received > 0, "{numbered}");
+    let load = Load {
+        streams: 10,
+        first_port: 7300,
+        stream_rate: 6_000_000 / 8,
+        datagrams_per_second: 500,
+        secs: Duration::from_secs(4),
+    };
+    load.arrives_whole_and_in_order(test, &env, &nsa, &nsb);
     let paths = lab.paths();
     let sent_on = |name: &str| {
         paths
@@ -187,7 +176,7 @@ fn aggregate_over_two_lines_with_queues_keeps_each_flow_in_order() {
     eprintln!("[{test}] a sent {fast_tx} packets on the fast line, {slow_tx} on the slow one; {extra} from queue 1");
     // Which socket of b's group each line lands on is the kernel's hash:
     // when they differ, two threads fed b's reorder window.
-    let second_socket = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams");
+    let second_socket = second_socket_datagrams(&lab);
     eprintln!("[{test}] b received {second_socket} datagrams on its second socket");
     assert!(slow_tx > 0, "the slow line carried nothing: {paths:?}");
     assert!(extra > 0, "no flow went through queue 1");
@@ -210,7 +199,6 @@ fn a_peer_whose_lines_land_on_two_sockets_stays_in_order() {
     }
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    let x = env.octet();
     for start in 1..=16 {
         let lab = TwoLines::start_configured(
             &env,
@@ -228,23 +216,14 @@ fn a_peer_whose_lines_land_on_two_sockets_stays_in_order() {
             lab.stop();
             continue;
         }
-        let secs = Duration::from_secs(3);
-        let transfers: Vec<TcpTransfer> = (0..6u16)
-            .map(|flow| {
-                let to_b: SocketAddr = format!("198.19.{x}.2:{}", 7500 + flow).parse().unwrap();
-                TcpTransfer::start(&nsa.name, &nsb.name, to_b, AS_FAST_AS_IT_GOES, secs)
-            })
-            .collect();
-        let to_b: SocketAddr = format!("198.19.{x}.2:7600").parse().unwrap();
-        let numbered = UdpSequence::start(&nsa.name, &nsb.name, to_b, 1000, secs).finish();
-        eprintln!("[{test}] {numbered}");
-        for transfer in transfers {
-            let report = transfer.finish();
-            eprintln!("[{test}] {report}");
-            assert!(report.intact(), "{report}");
-        }
-        assert_eq!(numbered.out_of_order, 0, "{numbered}");
-        assert!(numbered.received > 0, "{numbered}");
+        let load = Load {
+            streams: 6,
+            first_port: 7500,
+            stream_rate: AS_FAST_AS_IT_GOES,
+            datagrams_per_second: 1000,
+            secs: Duration::from_secs(3),
+        };
+        load.arrives_whole_and_in_order(test, &env, &nsa, &nsb);
         // Both lines carried the transfers, so both sockets did.
         let paths = lab.paths();
         let sent: Vec<u64> = paths
@@ -262,6 +241,49 @@ fn a_peer_whose_lines_land_on_two_sockets_stays_in_order() {
         return;
     }
     panic!("{test}: in 16 starts a's lines always landed on one socket of b's group");
+}
+
+/// SHA-256-checked TCP streams from a to b (ports `first_port`..) and
+/// numbered datagrams next to them (port `first_port` + 100), through a
+/// tunnel of `TwoLines`.
+struct Load {
+    streams: u16,
+    first_port: u16,
+    /// Bytes per second per stream.
+    stream_rate: u64,
+    datagrams_per_second: u32,
+    secs: Duration,
+}
+
+impl Load {
+    /// Runs it; every stream arrives whole and no datagram out of order.
+    fn arrives_whole_and_in_order(&self, test: &str, env: &TestEnv, nsa: &Netns, nsb: &Netns) {
+        let x = env.octet();
+        let to_b = |port: u16| -> SocketAddr { format!("198.19.{x}.2:{port}").parse().unwrap() };
+        let transfers: Vec<TcpTransfer> = (0..self.streams)
+            .map(|flow| {
+                let to = to_b(self.first_port + flow);
+                TcpTransfer::start(&nsa.name, &nsb.name, to, self.stream_rate, self.secs)
+            })
+            .collect();
+        let to = to_b(self.first_port + 100);
+        let numbered = UdpSequence::start(
+            &nsa.name,
+            &nsb.name,
+            to,
+            self.datagrams_per_second,
+            self.secs,
+        )
+        .finish();
+        eprintln!("[{test}] {numbered}");
+        for transfer in transfers {
+            let report = transfer.finish();
+            eprintln!("[{test}] {report}");
+            assert!(report.intact(), "{report}");
+        }
+        assert_eq!(numbered.out_of_order, 0, "{numbered}");
+        assert!(numbered.received > 0, "{numbered}");
+    }
 }
 
 fn second_socket_datagrams(lab: &TwoLines) -> u64 {
