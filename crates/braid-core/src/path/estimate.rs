@@ -19,9 +19,10 @@
 //! The capacity estimate follows from both: while the line queues (its
 //! delay is well above its minimum) it delivers all it can, so what it
 //! delivered *is* its capacity; while it does not queue although the
-//! scheduler has been giving it all the estimate allows, and the probe
-//! finds the line's queue more than a few milliseconds shorter than the
-//! scheduler planned (it drains faster than the estimate), the estimate is
+//! scheduler has been giving it all the estimate allows, the line
+//! delivered about its estimate, and the probe finds the line's queue
+//! more than a few milliseconds shorter than the scheduler planned (it
+//! drains faster than the estimate), the estimate is
 //! too low and grows by a quarter per report (every `PROBE_INTERVAL`), so a
 //! line that recovers is back in full use within a few hundred
 //! milliseconds. Until a probe first finds the line queued (its start-up)
@@ -57,6 +58,9 @@ const GROWTH: f64 = 1.25;
 /// line is reached in four reports instead of ten, and the inner TCP's
 /// slow start is not held at a tenth of the bond for half a second.
 const STARTUP_GROWTH: f64 = 2.0;
+/// Growth also needs the line to have delivered at least this share of
+/// its estimate over the interval (see `Outbound::on_report`).
+const FED_SHARE: f64 = 0.9;
 /// The delivery rate the estimate stands on is the largest of this long
 /// (a line that carried less for a moment has not become slower).
 const DELIVERY_WINDOW: Duration = Duration::from_millis(500);
@@ -616,7 +620,12 @@ impl Outbound {
             self.delivered_max.update(now, delivered);
             let seen = self.delivered_max.get().unwrap_or(delivered);
             let growth = if self.startup { STARTUP_GROWTH } else { GROWTH };
-            if self.limited && !queued && drained_faster {
+            // Only a line that delivered about its estimate was held back
+            // by it. One the scheduler left idle for part of the interval
+            // (the quicker line's queue fell below the delay difference)
+            // drains faster than planned too, and that says nothing.
+            let fed = delivered_2 >= FED_SHARE * self.rate;
+            if self.limited && !queued && drained_faster && fed {
                 seen.max(self.rate / growth) * growth
             } else {
                 self.rate.max(seen)

@@ -364,3 +364,51 @@ fn a_peer_without_reports_reads_all_probe_loss_as_the_lines() {
     assert!(!p.outbound.is_measured());
     assert!(p.own_loss() > 0.2, "{}", p.own_loss());
 }
+
+/// A line behind the scheduler's clock whose probe finds no queue grows
+/// its estimate only when it delivered about the estimate. A line the
+/// scheduler gives its estimate's worth now and then (the probe after it
+/// finds the planned queue) and leaves idle in between drains faster than
+/// planned in between, and the largest delivery of the last half second
+/// is its estimate. Growing on that took the bench's 25 Mbit/s line of
+/// the `bond` row to 31, so the second line's packets came later than
+/// planned and the receiver held the quick line's behind them.
+#[test]
+fn the_estimate_grows_only_for_a_line_that_delivered_it() {
+    // (intervals of every four that carry the estimate's worth, whether
+    // the estimate should grow)
+    for (busy_of_4, grows) in [(1, false), (4, true)] {
+        let mut now = Instant::now();
+        let mut p = path();
+        let rate = 25e6 / 8.0;
+        p.outbound.set_estimate(now, rate, 10_000);
+        let mut bytes = 0;
+        let planned = Duration::from_millis(40);
+        for i in 0..40 {
+            now += PROBE_INTERVAL;
+            p.outbound.busy_until = Some(now + planned);
+            p.outbound.limited = true;
+            let seq = p.take_probe_seq_at(now);
+            let sent_us = u64::from(seq) * 50_000;
+            let busy = i % 4 >= 4 - busy_of_4;
+            let share = if busy { 1.0 } else { 0.2 };
+            bytes += (rate * share * PROBE_INTERVAL.as_secs_f64()) as u64;
+            // After an interval that carried the estimate's worth with the
+            // line busy, the probe finds the queue planned; after an idle
+            // one, none.
+            let queue_us = if busy && busy_of_4 < 4 { 40_000 } else { 0 };
+            let report = Delivery {
+                received_us: sent_us + 10_000 + queue_us,
+                data_bytes: bytes,
+                data_packets: bytes / 1200,
+            };
+            p.outbound.on_report(now, seq, sent_us, report);
+        }
+        let estimate = p.outbound.rate() / rate;
+        assert_eq!(
+            estimate > 1.2,
+            grows,
+            "{busy_of_4} of 4 intervals busy: the estimate is {estimate:.2} times the line"
+        );
+    }
+}
