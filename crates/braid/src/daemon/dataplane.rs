@@ -688,14 +688,7 @@ pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
         while !shared.stopping() {
             // The socket is looked up each round: a `ListenPort` change
             // replaces the group.
-            let (socket_fd, socket_pending) = {
-                let lines = shared.lines();
-                let member = lines.member(queue);
-                (
-                    member.map_or(-1, |s| s.as_raw_fd()),
-                    member.is_some_and(|s| s.has_pending()),
-                )
-            };
+            let (socket_fd, socket_pending) = member_state(&shared, queue);
             let tun_pending = shared.tun.has_pending_on(queue);
             let (tun_ready, socket_ready) = if tun_pending || socket_pending {
                 (tun_pending, socket_pending)
@@ -711,7 +704,7 @@ pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
                     // looked up: the next round polls its successor.
                     Err(e)
                         if e.raw_os_error() == Some(libc::EBADF)
-                            && member_fd(&shared, queue) != socket_fd =>
+                            && member_state(&shared, queue).0 != socket_fd =>
                     {
                         continue
                     }
@@ -751,9 +744,15 @@ pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
 }
 
 /// The descriptor of member `k` of the main line's socket group (-1, which
-/// poll skips, when there is none).
-fn member_fd(shared: &Shared, k: usize) -> std::os::fd::RawFd {
-    shared.lines().member(k).map_or(-1, |s| s.as_raw_fd())
+/// poll skips, when there is none) and whether it has datagrams already
+/// read and not yet taken, looked up under one lock of the lines.
+fn member_state(shared: &Shared, k: usize) -> (std::os::fd::RawFd, bool) {
+    let lines = shared.lines();
+    let member = lines.member(k);
+    (
+        member.map_or(-1, |s| s.as_raw_fd()),
+        member.is_some_and(|s| s.has_pending()),
+    )
 }
 
 // ----- inbound: lines ─► TUN (steps 1–8 of the second diagram) -----
