@@ -59,7 +59,7 @@ const GROWTH: f64 = 1.25;
 /// slow start is not held at a tenth of the bond for half a second.
 const STARTUP_GROWTH: f64 = 2.0;
 /// Growth also needs the line to have delivered at least this share of
-/// its estimate over the interval (see `Outbound::on_report`).
+/// its estimate over the last two intervals (see `Outbound::on_report`).
 const FED_SHARE: f64 = 0.9;
 /// The delivery rate the estimate stands on is the largest of this long
 /// (a line that carried less for a moment has not become slower).
