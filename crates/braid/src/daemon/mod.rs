@@ -291,7 +291,7 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         state.fwmark = mark;
     }
     // One socket per TUN queue, so each queue's thread receives too.
-    let group = UdpSocket::bind_group(state.listen_port, queues)?;
+    let group = UdpSocket::bind_group(state.listen_port, main_group_size(name, queues))?;
     state.listen_port = group[0].local_port();
     if state.fwmark != 0 {
         set_fwmark(&group, state.fwmark)?;
@@ -391,6 +391,28 @@ fn setup(req: &UpRequest) -> std::io::Result<(Daemon, std::path::PathBuf)> {
         notifier: None,
     };
     Ok((daemon, path))
+}
+
+/// How many sockets the main line's group gets: one per TUN queue, but
+/// only while braid runs as root. The kernel lets every process of the
+/// user that opened a `SO_REUSEPORT` group join it and take a share of its
+/// datagrams, so a group opened as `nobody` (a new `ListenPort` after the
+/// privilege drop, or a daemon started without root) would be open to
+/// that user's other processes; and any member may replace the group's
+/// steering program, so a filter would not close that. One plain socket
+/// can be joined by no one: queues 1.. then only read their TUN queue.
+fn main_group_size(name: &str, queues: usize) -> usize {
+    // SAFETY: geteuid has no preconditions.
+    if queues <= 1 || unsafe { libc::geteuid() } == 0 {
+        return queues.max(1);
+    }
+    crate::warn!(
+        name,
+        "Queues = {queues}: the UDP port gets one socket, not {queues}: braid runs \
+         without root now, and other processes of this user could join a socket group \
+         it opened; the main thread receives everything"
+    );
+    1
 }
 
 /// braid's per-peer settings that the userspace API does not carry: the
@@ -754,7 +776,7 @@ impl Daemon {
             );
             return Response::Error(errno);
         }
-        let group_len = self.shared.lines().main_group_len();
+        let group_len = main_group_size(&self.name, self.shared.tun.queue_count());
         let new_socket = match set.listen_port.filter(|&p| p != self.state.listen_port) {
             Some(port) => match UdpSocket::bind_group(port, group_len) {
                 Ok(udp) => Some(udp),

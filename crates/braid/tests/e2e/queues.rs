@@ -64,7 +64,11 @@ fn flows_over_queues(test: &str, peer: Peer) {
     let _b = match peer {
         Peer::Braid => {
             cb.braid_lines = vec!["Queues = 2".to_string()];
-            let mut b = BraidUp::start(&env, &nsb, &ifb, &cb, BraidMode::Daemon);
+            // Root kept: b's port moves below then open whole socket groups
+            // (without root they open one socket, see
+            // `a_new_listen_port_without_root_gets_one_socket`).
+            let mut b =
+                BraidUp::start_with(&env, &nsb, &ifb, &cb, BraidMode::Daemon, &["--keep-root"]);
             b.assert_up();
             sides.push((&nsb, &ifb));
             (Some(b), None)
@@ -130,6 +134,52 @@ fn flows_over_queues(test: &str, peer: Peer) {
     );
     let log = a.log_text();
     assert!(log.contains("2 TUN queues, a thread each"), "{log}");
+}
+
+/// A `SO_REUSEPORT` group can be joined by any process of the user that
+/// opened it, so a daemon that dropped root binds a new `ListenPort` as one
+/// plain socket, says so, and the tunnel goes on over it (the peer follows
+/// the new port as it roams).
+#[test]
+fn a_new_listen_port_without_root_gets_one_socket() {
+    let test = "a_new_listen_port_without_root_gets_one_socket";
+    if !preflight(test, &["ip", "ping", "wg", "ss"]) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (x, (nsa, ifa, ka), (nsb, ifb, kb), _veth) = env.two_sides();
+    let (mut ca, cb) = tunnel_confs(&ka, &kb, x);
+    ca.braid_lines = vec!["Queues = 2".to_string()];
+    let mut b = BraidUp::start(&env, &nsb, &ifb, &cb, BraidMode::Daemon);
+    b.assert_up();
+    let mut a = BraidUp::start(&env, &nsa, &ifa, &ca, BraidMode::Foreground);
+    a.assert_up();
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    // Opened as root, before the drop: a whole group.
+    assert_eq!(interface_counter(&nsa, &ifa, "udp_sockets"), 2);
+    assert!(a.log_text().contains("running as user"), "{}", a.log_text());
+
+    let port = "41999";
+    nsa.run("wg", &["set", &ifa, "listen-port", port], SHORT)
+        .expect_ok("wg set listen-port");
+    assert_eq!(interface_counter(&nsa, &ifa, "udp_sockets"), 1);
+    let bound = nsa.run("ss", &["-H", "-uln", &format!("sport = :{port}")], SHORT);
+    let sockets = bound
+        .stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count();
+    assert_eq!(sockets, 1, "sockets on port {port}: {}", bound.stdout);
+    let log = a.log_text();
+    assert!(log.contains("the UDP port gets one socket, not 2"), "{log}");
+    // Both ways over the new socket: a's pings move b's endpoint to it.
+    assert!(ping_until_reply(&nsa, &format!("198.19.{x}.2"), LONG));
+    assert!(ping_until_reply(&nsb, &format!("198.19.{x}.1"), LONG));
+    let shown = nsb.run("wg", &["show", &ifb, "endpoints"], SHORT).stdout;
+    assert!(
+        shown.contains(&format!(":{port}")),
+        "b's endpoint for a: {shown}"
+    );
 }
 
 /// Two unequal lines in `Mode = aggregate`, both ends with 2 queues: the
