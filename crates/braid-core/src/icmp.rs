@@ -124,7 +124,7 @@ const LOOPBACK_V6: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 
 /// The Internet checksum (RFC 1071) over the concatenation of `parts`
 /// (each but the last of even length).
-fn checksum(parts: &[&[u8]]) -> u16 {
+pub fn checksum(parts: &[&[u8]]) -> u16 {
     // In range: an answer is at most IPV6_ANSWER_MAX bytes plus the pseudo
     // header, some 660 words of at most 0xffff, far from u32's limit.
     let mut sum: u32 = 0;

@@ -1,8 +1,10 @@
 //! `braid bench peers` at a small size, braid only, as JSON: both rows
 //! measured (every peer listed by `wg show`, the live peer's pings
 //! answered, its TCP stream carried), every initiating peer got its
-//! session, the verdicts are there, and the lab's namespaces are gone
-//! afterwards. Nothing asserts how fast anything ran.
+//! session, the uploading peers' packets reached the server's TUN (with
+//! `Queues = 2` also through its second socket), the verdicts are there,
+//! and the lab's namespaces are gone afterwards. Nothing asserts how fast
+//! anything ran.
 
 use crate::harness::*;
 use serde_json::Value;
@@ -41,6 +43,12 @@ fn bench_peers_measures_rows_and_a_handshake_storm() {
             "1",
             "--pings",
             "20",
+            "--upload-peers",
+            "100",
+            "--upload-seconds",
+            "1",
+            "--upload-queues",
+            "1,2",
             "--json",
         ])
         .output()
@@ -66,6 +74,30 @@ fn bench_peers_measures_rows_and_a_handshake_storm() {
     assert_eq!(storm["peers"], 200);
     assert_eq!(storm["completed"], 200, "{storm}");
     assert!(storm["per_second"].as_f64().is_some(), "{storm}");
+    let uploads = doc["uploads"].as_array().expect("uploads");
+    assert_eq!(uploads.len(), 2);
+    for (u, queues) in uploads.iter().zip([1u64, 2]) {
+        assert_eq!(u["queues"], queues, "{u}");
+        assert_eq!(u["sessions"], 100, "{u}");
+        assert_eq!(u["udp_sockets"], queues, "{u}");
+        let (sent, delivered) = (u["sent"].as_u64(), u["delivered"].as_u64());
+        assert!(sent.is_some_and(|n| n > 0), "{u}");
+        // The server's TUN takes in what it opened, and nothing it did not.
+        assert!(
+            delivered.is_some_and(|n| n > 0 && n <= sent.unwrap_or(0)),
+            "{u}"
+        );
+    }
+    // 100 source addresses over 2 sockets: all on the first is one run in
+    // 2^100.
+    assert_eq!(uploads[0]["datagrams_on_other_sockets"], 0);
+    assert!(
+        uploads[1]["datagrams_on_other_sockets"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{}",
+        uploads[1]
+    );
     assert_eq!(doc["verdicts"].as_array().map(Vec::len), Some(6));
     assert_eq!(doc["failures"].as_array().map(Vec::len), Some(0));
     // Only the bench's own (its lab names them bp…/bh…): other tests on

@@ -17,7 +17,9 @@ use braid_core::deadlines::DeadlineQueue;
 use braid_core::messages::{
     self, COOKIE_REPLY_LEN, INITIATION_LEN, RESPONSE_LEN, TYPE_COOKIE_REPLY, TYPE_RESPONSE,
 };
-use braid_core::noise::{self, InitiatorHandshake, LocalStatic, RemoteStatic, Timestamp};
+use braid_core::noise::{
+    self, InitiatorHandshake, LocalStatic, RemoteStatic, SessionKeys, Timestamp,
+};
 use rand_core::{OsRng, RngCore};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -46,6 +48,9 @@ struct Initiator {
     attempts: u32,
     last_timestamp: Timestamp,
     done_after: Option<Duration>,
+    /// Once its response checked: the server's index for this peer and
+    /// the keys of the session.
+    session: Option<(u32, SessionKeys)>,
 }
 
 /// What happened while the peers initiated.
@@ -81,6 +86,10 @@ impl HandshakeFigures {
 /// server, [`run`](Self::run) starts them.
 pub struct Initiators {
     peers: Vec<Initiator>,
+    /// The socket of [`run`](Self::run), kept for
+    /// [`into_sessions`](Self::into_sessions): the server knows each peer
+    /// by the port it initiated from.
+    socket: Option<UdpSocket>,
 }
 
 impl Initiators {
@@ -108,12 +117,16 @@ impl Initiators {
                     attempts: 0,
                     last_timestamp: [0; 12],
                     done_after: None,
+                    session: None,
                 };
                 p.first = p.initiation(i);
                 p
             })
             .collect();
-        Ok(Initiators { peers })
+        Ok(Initiators {
+            peers,
+            socket: None,
+        })
     }
 
     pub fn public_keys(&self) -> impl Iterator<Item = [u8; 32]> + '_ {
@@ -124,7 +137,7 @@ impl Initiators {
     /// WireGuard initiators until every one has a session or `limit` has
     /// passed. Runs on the calling thread (inside the client namespace).
     pub fn run(
-        mut self,
+        &mut self,
         server: SocketAddrV4,
         spread: Duration,
         limit: Duration,
@@ -214,6 +227,7 @@ impl Initiators {
             }
         }
         figures.elapsed = start.elapsed();
+        self.socket = Some(socket);
         finish_times.sort();
         figures.half_after = finish_times.get(n.div_ceil(2).saturating_sub(1)).copied();
         if figures.completed == n {
@@ -248,20 +262,55 @@ impl Initiators {
         let i = peer_of(receiver);
         let p = self.peers.get_mut(i)?;
         let msg: &[u8; RESPONSE_LEN] = datagram.try_into().ok()?;
-        let checked = p.done_after.is_none()
-            && p.pending
-                .as_ref()
-                .filter(|h| h.local_index == receiver)
-                .is_some_and(|h| noise::consume_response(h, &p.local, &p.remote, msg).is_ok());
-        if !checked {
+        let keys = p
+            .pending
+            .as_ref()
+            .filter(|h| p.done_after.is_none() && h.local_index == receiver)
+            .and_then(|h| noise::consume_response(h, &p.local, &p.remote, msg).ok());
+        let Some(keys) = keys else {
             figures.responses_refused += 1;
             return None;
-        }
+        };
+        let server_index = messages::read_u32(datagram, messages::response::SENDER);
+        p.session = Some((server_index, keys));
         p.pending = None;
         p.done_after = Some(now - start);
         figures.completed += 1;
         Some(i)
     }
+}
+
+impl Initiators {
+    /// The peers that have a session, after [`run`](Self::run): each with
+    /// its source address, the index the server gave it and its keys; and
+    /// the socket they initiated from.
+    pub fn into_sessions(self) -> Option<(UdpSocket, Vec<Session>)> {
+        let sessions = self
+            .peers
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, mut p)| {
+                let (receiver, keys) = p.session.take()?;
+                Some(Session {
+                    peer: i,
+                    source: p.source,
+                    receiver,
+                    keys,
+                })
+            })
+            .collect();
+        Some((self.socket?, sessions))
+    }
+}
+
+/// One peer's session with the server.
+pub struct Session {
+    /// Which initiating peer (its index among them).
+    pub peer: usize,
+    pub source: Ipv4Addr,
+    /// The server's index for the session: data messages carry it.
+    pub receiver: u32,
+    pub keys: SessionKeys,
 }
 
 impl Initiator {
@@ -303,7 +352,7 @@ fn peer_of(index: u32) -> usize {
 
 /// Sends `msg` to `dst` from local address `src` (IP_PKTINFO), on a socket
 /// bound to the wildcard address.
-fn send_from(
+pub fn send_from(
     socket: &UdpSocket,
     src: Ipv4Addr,
     dst: SocketAddrV4,

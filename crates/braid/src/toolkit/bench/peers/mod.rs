@@ -24,6 +24,7 @@
 mod handshakes;
 mod report;
 mod run;
+mod upload;
 
 use super::args::{require_root, Args};
 use crate::toolkit::lab;
@@ -32,14 +33,19 @@ use std::time::Duration;
 
 pub const USAGE: &str = "\
 usage: braid bench peers [--peers LIST] [--vpn LIST] [--handshake-peers N]
-           [--spread S] [--idle-seconds S] [--tcp-seconds S] [--pings N] [--json]
+           [--spread S] [--idle-seconds S] [--tcp-seconds S] [--pings N]
+           [--upload-peers N] [--upload-seconds S] [--upload-queues LIST]
+           [--upload-size B] [--json]
 
 A server interface with N idle peers (random keys, one address each, no
 endpoint) and one live peer, for each N of --peers, on braid and the newest
 wireguard-go side by side: wg setconf and wg show times, idle CPU, RSS,
 the live peer's ping p50/p99 and single-stream TCP; then N peers that all
 initiate within a few seconds (a server after a restart): handshakes per
-second and the time until every one has a session. Checks the targets of
+second and the time until every one has a session; then N peers that all
+upload at once (a fresh server each, braid once per --upload-queues):
+what the server delivers to its TUN, its CPU per packet and, for braid,
+the share its sockets beyond the first received. Checks the targets of
 issue 22 at the largest N. Needs root, wg, iperf3 (and for wireguard-go
 the newest build, installed with go if it is missing).
 
@@ -51,6 +57,10 @@ the newest build, installed with go if it is missing).
   --idle-seconds S      idle CPU measured over S seconds (default 10)
   --tcp-seconds S       the live peer's TCP stream (default 5)
   --pings N             the live peer's pings, 10 ms apart (default 200)
+  --upload-peers N      peers uploading at once (default 1000; 0: none)
+  --upload-seconds S    how long they send (default 5)
+  --upload-queues LIST  braid's Queues for the uploads (default 1,2)
+  --upload-size B       their inner packets' size, 29-1420 (default 1420)
   --json                one JSON object instead of the table
 ";
 
@@ -82,6 +92,10 @@ pub struct Options {
     pub idle: Duration,
     pub tcp_seconds: u32,
     pub pings: u16,
+    pub upload_peers: usize,
+    pub upload_seconds: Duration,
+    pub upload_queues: Vec<usize>,
+    pub upload_size: usize,
     pub json: bool,
 }
 
@@ -98,6 +112,10 @@ fn parse_args(argv: &[String]) -> Result<Option<Options>, String> {
         idle: Duration::from_secs(10),
         tcp_seconds: 5,
         pings: 200,
+        upload_peers: 1000,
+        upload_seconds: Duration::from_secs(5),
+        upload_queues: vec![1, 2],
+        upload_size: upload::MAX_PACKET,
         json: false,
     };
     let mut a = Args::new(argv);
@@ -148,6 +166,28 @@ fn parse_args(argv: &[String]) -> Result<Option<Options>, String> {
             "--idle-seconds" => o.idle = Duration::from_secs_f64(a.number(flag, 0.1..=600.0)?),
             "--tcp-seconds" => o.tcp_seconds = a.number(flag, 1..=600)?,
             "--pings" => o.pings = a.number(flag, 1..=10_000)?,
+            "--upload-peers" => o.upload_peers = a.number(flag, 0..=handshakes::MAX_INITIATORS)?,
+            "--upload-seconds" => {
+                o.upload_seconds = Duration::from_secs_f64(a.number(flag, 0.1..=600.0)?)
+            }
+            "--upload-queues" => {
+                o.upload_queues = a
+                    .value(flag)?
+                    .split(',')
+                    .map(|q| {
+                        q.trim()
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|q| (1..=64).contains(q))
+                            .ok_or_else(|| {
+                                format!("--upload-queues: {q:?} is not a number from 1 to 64")
+                            })
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--upload-size" => {
+                o.upload_size = a.number(flag, upload::MIN_PACKET..=upload::MAX_PACKET)?
+            }
             "--json" => o.json = true,
             other => return Err(format!("unknown flag {other:?}\n\n{USAGE}")),
         }
@@ -198,7 +238,8 @@ mod tests {
         assert_eq!(o.vpns.len(), 2);
         assert!(o.newest_wireguard_go);
         let o = parse_args(&argv(
-            "--peers 0,1_000 --vpn braid,wireguard-go=/x/wg --handshake-peers 50 --json",
+            "--peers 0,1_000 --vpn braid,wireguard-go=/x/wg --handshake-peers 50 --json \
+             --upload-queues 1,4 --upload-size 100",
         ))
         .unwrap()
         .unwrap();
@@ -209,6 +250,8 @@ mod tests {
         );
         assert!(!o.newest_wireguard_go);
         assert_eq!(o.handshake_peers, 50);
+        assert_eq!(o.upload_queues, [1, 4]);
+        assert_eq!(o.upload_size, 100);
         assert!(o.json);
         for (bad, says) in [
             ("--peers 5,x", "--peers: \"x\""),
@@ -217,6 +260,9 @@ mod tests {
             ("--vpn wireguard-go=", "--vpn"),
             ("--handshake-peers 40000", "--handshake-peers"),
             ("--pings 0", "--pings"),
+            ("--upload-queues 1,0", "--upload-queues: \"0\""),
+            ("--upload-size 20", "--upload-size"),
+            ("--upload-peers 40000", "--upload-peers"),
             ("--idle-seconds", "needs a value"),
             ("--frobnicate", "unknown flag"),
         ] {

@@ -3,7 +3,7 @@
 
 #[cfg(test)]
 use super::run::Failure;
-use super::run::{Results, Row, Storm};
+use super::run::{Results, Row, Storm, Upload};
 use super::Options;
 use serde_json::json;
 use std::fmt::Write as _;
@@ -145,7 +145,42 @@ fn storm_cells(s: &Storm) -> [String; 7] {
     ]
 }
 
-/// The whole report: rows, storms, verdicts.
+fn upload_vpn(u: &Upload) -> String {
+    match u.queues {
+        Some(q) => format!("{} (Queues = {q})", u.vpn),
+        None => u.vpn.to_string(),
+    }
+}
+
+fn upload_cells(u: &Upload) -> [String; 10] {
+    [
+        upload_vpn(u),
+        format!("{} of {}", u.sessions, u.peers),
+        format!("{} B", u.size),
+        u.sent.datagrams.to_string(),
+        u.delivered.to_string(),
+        format!("{:.0}", u.delivered_per_second()),
+        format!("{:.2}", u.delivered_gbps()),
+        format!("{:.2} s", u.server_cpu_s),
+        u.cpu_us_per_packet()
+            .map_or("-".into(), |v| format!("{v:.2}")),
+        match (u.sockets, u.other_sockets_share()) {
+            (Some(n), Some(share)) => format!("{:.0} % ({n} sockets)", share * 100.0),
+            _ => "-".into(),
+        },
+    ]
+}
+
+/// An upload in one line (progress while the bench runs).
+pub fn upload_line(u: &Upload) -> String {
+    let c = upload_cells(u);
+    format!(
+        "{} sessions, {} sent, {} delivered ({}/s, {} Gbit/s), server CPU {}, {} µs/packet, on sockets 2..: {}",
+        c[1], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+    )
+}
+
+/// The whole report: rows, storms, uploads, verdicts.
 pub fn table(o: &Options, r: &Results) -> String {
     let mut t = String::new();
     let _ = writeln!(
@@ -186,11 +221,18 @@ pub fn table(o: &Options, r: &Results) -> String {
             let _ = writeln!(t, "\n{}'s server counted: {}", s.vpn, counted.join(", "));
         }
     }
+    if !r.uploads.is_empty() {
+        let _ = writeln!(
+            t,
+            "\n| VPN | uploading peers | packet | sent | delivered | delivered/s | Gbit/s | server CPU | µs/packet | on sockets 2.. |"
+        );
+        let _ = writeln!(t, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for u in &r.uploads {
+            let _ = writeln!(t, "| {} |", upload_cells(u).join(" | "));
+        }
+    }
     for f in &r.failures {
-        let what = f
-            .idle_peers
-            .map_or("handshake storm".to_string(), |n| format!("{n} idle peers"));
-        let _ = writeln!(t, "\nnot measured: {} with {what}: {}", f.vpn, f.why);
+        let _ = writeln!(t, "\nnot measured: {} {}: {}", f.vpn, f.part, f.why);
     }
     let _ = writeln!(t, "\nTargets (issue 22):");
     for v in verdicts(o, r) {
@@ -235,8 +277,25 @@ pub fn json(o: &Options, r: &Results) -> serde_json::Value {
                 .map(|(name, n)| (name.to_string(), json!(n)))
                 .collect::<serde_json::Map<_, _>>(),
         })).collect::<Vec<_>>(),
+        "uploads": r.uploads.iter().map(|u| json!({
+            "vpn": u.vpn,
+            "queues": u.queues,
+            "peers": u.peers,
+            "sessions": u.sessions,
+            "packet_bytes": u.size,
+            "seconds": u.sent.elapsed.as_secs_f64(),
+            "sent": u.sent.datagrams,
+            "client_waits": u.sent.waits,
+            "delivered": u.delivered,
+            "delivered_per_second": u.delivered_per_second(),
+            "delivered_gbps": u.delivered_gbps(),
+            "server_cpu_s": u.server_cpu_s,
+            "cpu_us_per_packet": u.cpu_us_per_packet(),
+            "udp_sockets": u.sockets,
+            "datagrams_on_other_sockets": u.datagrams_on_other_sockets,
+        })).collect::<Vec<_>>(),
         "failures": r.failures.iter().map(|f| json!({
-            "vpn": f.vpn, "idle_peers": f.idle_peers, "why": f.why,
+            "vpn": f.vpn, "part": f.part.to_string(), "why": f.why,
         })).collect::<Vec<_>>(),
         "verdicts": verdicts(o, r).iter().map(|v| json!({
             "target": v.target, "met": v.met, "measured": v.measured,
@@ -247,6 +306,7 @@ pub fn json(o: &Options, r: &Results) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::super::handshakes::HandshakeFigures;
+    use super::super::upload::Sent;
     use super::*;
     use std::time::Duration;
 
@@ -283,6 +343,7 @@ mod tests {
                 row("wireguard-go", 100_000, 2.0, 0.30, 8.0, 2400.0),
             ],
             storms: vec![],
+            uploads: vec![],
             failures: vec![],
         };
         let v = verdicts(&options(&[0, 100_000]), &r);
@@ -305,6 +366,7 @@ mod tests {
                 .cloned()
                 .collect(),
             storms: vec![],
+            uploads: vec![],
             failures: vec![],
         };
         let v = verdicts(&options(&[0, 100_000]), &braid_only);
@@ -324,6 +386,7 @@ mod tests {
                 row("braid", 100_000, 3.9, 0.21, 0.8, 300.0),
             ],
             storms: vec![],
+            uploads: vec![],
             failures: vec![],
         };
         let v = verdicts(&options(&[0, 60_000, 100_000]), &r);
@@ -353,9 +416,27 @@ mod tests {
                 server_cpu_s: 4.0,
                 server_counters: vec![("handshake_over_budget", 12)],
             }],
+            uploads: vec![Upload {
+                vpn: "braid",
+                queues: Some(2),
+                peers: 1000,
+                sessions: 1000,
+                size: 1420,
+                sent: Sent {
+                    peers: 1000,
+                    datagrams: 2_000_000,
+                    bytes: 2_840_000_000,
+                    waits: 10,
+                    elapsed: Duration::from_secs(5),
+                },
+                delivered: 1_000_000,
+                server_cpu_s: 4.0,
+                sockets: Some(2),
+                datagrams_on_other_sockets: Some(450_000),
+            }],
             failures: vec![Failure {
                 vpn: "wireguard-go",
-                idle_peers: Some(100_000),
+                part: super::super::run::Part::Row(100_000),
                 why: "wg setconf failed".into(),
             }],
         };
@@ -367,9 +448,17 @@ mod tests {
         );
         assert!(t.contains("Targets (issue 22):"));
         assert!(t.contains("braid's server counted: handshake_over_budget 12"));
-        assert!(t.contains("not measured: wireguard-go with 100000 idle peers: wg setconf failed"));
+        assert!(t.contains("not measured: wireguard-go 100000 idle peers: wg setconf failed"));
+        assert!(
+            t.contains(
+                "| braid (Queues = 2) | 1000 of 1000 | 1420 B | 2000000 | 1000000 | 200000 | 2.27 | 4.00 s | 4.00 | 45 % (2 sockets) |"
+            ),
+            "{t}"
+        );
         let j = json(&options(&[0]), &r);
         assert_eq!(j["handshakes"][0]["per_second"], 1250.0);
         assert_eq!(j["rows"][0]["idle_peers"], 0);
+        assert_eq!(j["uploads"][0]["delivered_per_second"], 200_000.0);
+        assert_eq!(j["failures"][0]["part"], "100000 idle peers");
     }
 }

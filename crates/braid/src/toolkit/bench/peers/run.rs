@@ -3,18 +3,21 @@
 //! initiating peers).
 
 use super::handshakes::{HandshakeFigures, Initiators, SOURCE_NET};
+use super::upload::{self, Sent};
 use super::{Options, Vpn};
 use crate::keys::{PrivateKey, PublicKey};
 use crate::toolkit::bench::tunnel::measure::{parse_ping, process_cpu_seconds};
 use crate::toolkit::lab::process::{run_bounded, wait_until};
 use crate::toolkit::lab::{self, iperf, ChildId, Lab, LabResult};
 use std::fmt::Write as _;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 51820;
 const SERVER_TUNNEL: &str = "198.19.0.1";
 const CLIENT_TUNNEL: &str = "198.19.0.2";
+/// The server's port the uploads go to (discard's).
+const SINK_PORT: u16 = 9;
 /// Bound on one `wg` call: setconf of a million peers included.
 const WG_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -61,19 +64,85 @@ const STORM_COUNTERS: [&str; 6] = [
     "handshake_flood_dropped",
 ];
 
+/// Many peers uploading at once to one VPN.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upload {
+    pub vpn: &'static str,
+    /// braid's `Queues` (and so its sockets on the port); `None` for
+    /// wireguard-go.
+    pub queues: Option<usize>,
+    pub peers: usize,
+    /// Peers that got a session and so sent.
+    pub sessions: usize,
+    /// Inner packet size.
+    pub size: usize,
+    pub sent: Sent,
+    /// Packets the server wrote to its TUN meanwhile.
+    pub delivered: u64,
+    pub server_cpu_s: f64,
+    /// braid: sockets on its port, and datagrams that came in on the ones
+    /// beyond the first during the upload.
+    pub sockets: Option<u64>,
+    pub datagrams_on_other_sockets: Option<u64>,
+}
+
+impl Upload {
+    pub fn delivered_per_second(&self) -> f64 {
+        self.delivered as f64 / self.sent.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Inner bytes delivered, in Gbit/s.
+    pub fn delivered_gbps(&self) -> f64 {
+        self.delivered_per_second() * self.size as f64 * 8.0 / 1e9
+    }
+
+    /// The server's CPU per packet it delivered, in µs.
+    pub fn cpu_us_per_packet(&self) -> Option<f64> {
+        (self.delivered > 0).then(|| self.server_cpu_s * 1e6 / self.delivered as f64)
+    }
+
+    /// Share of the delivered packets that came in on sockets beyond the
+    /// first.
+    pub fn other_sockets_share(&self) -> Option<f64> {
+        let n = self.datagrams_on_other_sockets?;
+        (self.delivered > 0).then(|| n as f64 / self.delivered as f64)
+    }
+}
+
 /// A row or storm that could not be measured, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
     pub vpn: &'static str,
-    /// The row's idle peers, or `None` for the storm.
-    pub idle_peers: Option<usize>,
+    pub part: Part,
     pub why: String,
+}
+
+/// Which part of the bench a failure is of.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Part {
+    /// The row with this many idle peers.
+    Row(usize),
+    Storm,
+    /// The upload, with braid's `Queues` (`None`: wireguard-go).
+    Upload(Option<usize>),
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Part::Row(n) => write!(f, "{n} idle peers"),
+            Part::Storm => f.write_str("handshake storm"),
+            Part::Upload(Some(q)) => write!(f, "upload with Queues = {q}"),
+            Part::Upload(None) => f.write_str("upload"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Results {
     pub rows: Vec<Row>,
     pub storms: Vec<Storm>,
+    pub uploads: Vec<Upload>,
     /// What failed is reported, and the rest still runs: wireguard-go
     /// refuses more than 65,536 peers, for one.
     pub failures: Vec<Failure>,
@@ -101,7 +170,7 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
                     eprintln!("  failed: {why}");
                     r.failures.push(Failure {
                         vpn: vpn.name(),
-                        idle_peers: Some(idle),
+                        part: Part::Row(idle),
                         why,
                     });
                 }
@@ -126,9 +195,46 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
                     eprintln!("  failed: {why}");
                     r.failures.push(Failure {
                         vpn: vpn.name(),
-                        idle_peers: None,
+                        part: Part::Storm,
                         why,
                     });
+                }
+            }
+        }
+    }
+    if o.upload_peers > 0 {
+        for vpn in &o.vpns {
+            let queue_counts = match vpn {
+                Vpn::Braid => o.upload_queues.clone(),
+                Vpn::WireguardGo(_) => vec![1],
+            };
+            for queues in queue_counts {
+                lab::check_stop()?;
+                let part = Part::Upload((*vpn == Vpn::Braid).then_some(queues));
+                if !o.json {
+                    eprintln!(
+                        "{}: {} peers uploading for {:.0?} ({part}) …",
+                        vpn.name(),
+                        o.upload_peers,
+                        o.upload_seconds
+                    );
+                }
+                match measure_upload(vpn, queues, o) {
+                    Ok(upload) => {
+                        if !o.json {
+                            eprintln!("  {}", super::report::upload_line(&upload));
+                        }
+                        r.uploads.push(upload);
+                    }
+                    Err(why) => {
+                        lab::check_stop()?;
+                        eprintln!("  failed: {why}");
+                        r.failures.push(Failure {
+                            vpn: vpn.name(),
+                            part,
+                            why,
+                        });
+                    }
                 }
             }
         }
@@ -139,8 +245,32 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
 /// The VPN's server or client in `ns` on interface `ifname`, empty, its
 /// userspace API socket up; returns the process.
 fn start_vpn(lab: &mut Lab, vpn: &Vpn, ns: &str, ifname: &str) -> LabResult<(ChildId, u32)> {
+    start_vpn_with_queues(lab, vpn, ns, ifname, 1)
+}
+
+/// [`start_vpn`] with braid's `Queues` (a config file then, which is where
+/// that key lives; its peers still come by `wg setconf`). wireguard-go has
+/// no such setting.
+fn start_vpn_with_queues(
+    lab: &mut Lab,
+    vpn: &Vpn,
+    ns: &str,
+    ifname: &str,
+    queues: usize,
+) -> LabResult<(ChildId, u32)> {
     let log = format!("{ifname}.log");
     let mut cmd = match vpn {
+        Vpn::Braid if queues > 1 => {
+            let key = PrivateKey::generate();
+            let text = format!(
+                "[Interface]\nPrivateKey = {}\nQueues = {queues}\n",
+                &*key.to_base64()
+            );
+            let file = lab.write_private(&format!("{ifname}.conf"), &text)?;
+            let mut c = lab.braid_in(ns);
+            c.args(["up", "-f", "--keep-root"]).arg(file);
+            c
+        }
         Vpn::Braid => {
             let mut c = lab.braid_in(ns);
             // The name first: flags before it would be `braid`'s own.
@@ -339,9 +469,24 @@ fn measure_row(vpn: &Vpn, idle: usize, o: &Options) -> LabResult<Row> {
     })
 }
 
-/// `o.handshake_peers` peers of a fresh server all initiate within
-/// `o.spread`; how long until every one has a session.
-fn measure_storm(vpn: &Vpn, o: &Options) -> LabResult<Storm> {
+/// A fresh server whose peers are `initiators`, in a lab of its own: the
+/// server's namespace, the client's (which holds the initiators'
+/// addresses), the server's interface and process.
+struct StormLab {
+    lab: Lab,
+    server_ns: String,
+    client_ns: String,
+    server_if: String,
+    server_pid: u32,
+    server: SocketAddrV4,
+}
+
+fn storm_lab(
+    vpn: &Vpn,
+    queues: usize,
+    server_key: &PrivateKey,
+    initiators: &Initiators,
+) -> LabResult<StormLab> {
     let mut lab = Lab::new("h")?;
     let (s, c) = (lab.netns("s")?, lab.netns("c")?);
     let (vs, vc) = (lab.name("vs"), lab.name("vc"));
@@ -353,42 +498,156 @@ fn measure_storm(vpn: &Vpn, o: &Options) -> LabResult<Storm> {
     lab::netns::ip_in(&s, &["route", "add", SOURCE_NET, "via", "198.18.62.2"])
         .check("the route back to them")?;
     let server_if = lab.name("s");
-    let server_key = PrivateKey::generate();
-    let (_, server_pid) = start_vpn(&mut lab, vpn, &s, &server_if)?;
-    let initiators = Initiators::new(o.handshake_peers, *server_key.public_key().as_bytes())?;
+    let (_, server_pid) = start_vpn_with_queues(&mut lab, vpn, &s, &server_if, queues)?;
     let peers: Vec<(PublicKey, String, Option<String>)> = initiators
         .public_keys()
         .enumerate()
         .map(|(i, k)| (PublicKey::from_bytes(k), idle_peer_address(i), None))
         .collect();
-    let file = lab.write_private("server.conf", &setconf_text(&server_key, &peers, 0))?;
+    let file = lab.write_private("server.conf", &setconf_text(server_key, &peers, 0))?;
     setconf(&lab, &s, &server_if, &file)?;
     address(&s, &server_if, &format!("{SERVER_TUNNEL}/24"))?;
-    let server = SocketAddrV4::new(Ipv4Addr::new(198, 18, 62, 1), PORT);
-    let (spread, limit) = (o.spread, o.spread + Duration::from_secs(120));
-    let cpu_before = process_cpu_seconds(server_pid)?;
-    let figures = lab::traffic::in_netns(&c, move || initiators.run(server, spread, limit))
-        .join()
-        .map_err(|_| "the initiators' thread panicked".to_string())??;
-    let server_cpu_s = process_cpu_seconds(server_pid)? - cpu_before;
-    let mut server_counters = Vec::new();
-    if *vpn == Vpn::Braid {
-        let mut show = lab.braid_in(&s);
-        show.args(["show", &server_if, "--json"]);
-        let out = run_bounded(show, lab::process::SHORT);
-        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
-        for name in STORM_COUNTERS {
-            if let Some(n) = lab::braid::extra_counter(&v["extra"], name) {
-                server_counters.push((name, n));
-            }
-        }
-    }
+    Ok(StormLab {
+        lab,
+        server_ns: s,
+        client_ns: c,
+        server_if,
+        server_pid,
+        server: SocketAddrV4::new(Ipv4Addr::new(198, 18, 62, 1), PORT),
+    })
+}
+
+/// `o.handshake_peers` peers of a fresh server all initiate within
+/// `o.spread`; how long until every one has a session.
+fn measure_storm(vpn: &Vpn, o: &Options) -> LabResult<Storm> {
+    let server_key = PrivateKey::generate();
+    let mut initiators = Initiators::new(o.handshake_peers, *server_key.public_key().as_bytes())?;
+    let l = storm_lab(vpn, 1, &server_key, &initiators)?;
+    let (server, spread, limit) = (l.server, o.spread, o.spread + Duration::from_secs(120));
+    let cpu_before = process_cpu_seconds(l.server_pid)?;
+    let figures =
+        lab::traffic::in_netns(&l.client_ns, move || initiators.run(server, spread, limit))
+            .join()
+            .map_err(|_| "the initiators' thread panicked".to_string())??;
+    let server_cpu_s = process_cpu_seconds(l.server_pid)? - cpu_before;
+    let server_counters = match vpn {
+        Vpn::Braid => braid_counters(&l, &STORM_COUNTERS),
+        Vpn::WireguardGo(_) => Vec::new(),
+    };
     Ok(Storm {
         vpn: vpn.name(),
         figures,
         server_cpu_s,
         server_counters,
     })
+}
+
+/// The braid server's counters of `names` that `braid show --json` has.
+fn braid_counters(l: &StormLab, names: &[&'static str]) -> Vec<(&'static str, u64)> {
+    let mut show = l.lab.braid_in(&l.server_ns);
+    show.args(["show", &l.server_if, "--json"]);
+    let out = run_bounded(show, lab::process::SHORT);
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap_or_default();
+    names
+        .iter()
+        .filter_map(|&name| Some((name, lab::braid::extra_counter(&v["extra"], name)?)))
+        .collect()
+}
+
+/// Packets the interface took in from the VPN (written to its TUN).
+fn tun_packets_in(ns: &str, ifname: &str) -> LabResult<u64> {
+    let out = lab::netns::ip_in(ns, &["-s", "-j", "link", "show", "dev", ifname])
+        .check("ip -s link show")?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out.stdout).map_err(|e| format!("ip -s -j link show: {e}"))?;
+    v[0]["stats64"]["rx"]["packets"]
+        .as_u64()
+        .ok_or_else(|| format!("ip -s -j link show {ifname}: no rx packets: {}", out.stdout))
+}
+
+/// `o.upload_peers` peers get their sessions, then all send to the server
+/// at once for `o.upload_seconds`.
+fn measure_upload(vpn: &Vpn, queues: usize, o: &Options) -> LabResult<Upload> {
+    let server_key = PrivateKey::generate();
+    let mut initiators = Initiators::new(o.upload_peers, *server_key.public_key().as_bytes())?;
+    let l = storm_lab(vpn, queues, &server_key, &initiators)?;
+    // The port the packets go to: a socket that holds it and is never read,
+    // so the kernel drops them there without an ICMP answer.
+    let sink = lab::traffic::in_netns(&l.server_ns, || UdpSocket::bind(("0.0.0.0", SINK_PORT)))
+        .join()
+        .map_err(|_| "the sink's thread panicked".to_string())?
+        .map_err(|e| format!("bind the sink port {SINK_PORT}: {e}"))?;
+    let server = l.server;
+    let (spread, limit) = (o.spread, o.spread + Duration::from_secs(120));
+    let (initiators, handshakes) = lab::traffic::in_netns(&l.client_ns, move || {
+        let figures = initiators.run(server, spread, limit);
+        (initiators, figures)
+    })
+    .join()
+    .map_err(|_| "the initiators' thread panicked".to_string())?;
+    let handshakes = handshakes?;
+    let (socket, sessions) = initiators
+        .into_sessions()
+        .ok_or("the initiators have no socket")?;
+    let other_sockets = |l: &StormLab| match vpn {
+        Vpn::Braid => braid_counters(l, &["udp_sockets", "udp_socket_datagrams"]),
+        Vpn::WireguardGo(_) => Vec::new(),
+    };
+    let counters_before = other_sockets(&l);
+    let before = (
+        tun_packets_in(&l.server_ns, &l.server_if)?,
+        process_cpu_seconds(l.server_pid)?,
+    );
+    let inner_to = SocketAddrV4::new(SERVER_TUNNEL.parse().expect("an address"), SINK_PORT);
+    let (seconds, size) = (o.upload_seconds, o.upload_size);
+    let sent = lab::traffic::in_netns(&l.client_ns, move || {
+        upload::send_all(
+            &socket,
+            sessions,
+            server,
+            inner_to,
+            initiator_tunnel_address,
+            size,
+            seconds,
+        )
+    })
+    .join()
+    .map_err(|_| "the uploading thread panicked".to_string())??;
+    // What was sent and not yet opened gets its moment.
+    lab::sleep_unless_stopped(Duration::from_millis(200))?;
+    let after = (
+        tun_packets_in(&l.server_ns, &l.server_if)?,
+        process_cpu_seconds(l.server_pid)?,
+    );
+    drop(sink);
+    let counters_after = other_sockets(&l);
+    let counter = |name| {
+        let of = |c: &[(&str, u64)]| c.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        Some((of(&counters_before)?, of(&counters_after)?))
+    };
+    Ok(Upload {
+        vpn: vpn.name(),
+        queues: (*vpn == Vpn::Braid).then_some(queues),
+        peers: o.upload_peers,
+        sessions: handshakes.completed,
+        size,
+        sent,
+        delivered: after.0 - before.0,
+        server_cpu_s: after.1 - before.1,
+        sockets: counter("udp_sockets").map(|(_, n)| n),
+        datagrams_on_other_sockets: counter("udp_socket_datagrams").map(|(b, a)| a - b),
+    })
+}
+
+/// The tunnel address of initiating peer `i` (its AllowedIPs): IPv4 for
+/// every one of them (at most `MAX_INITIATORS`).
+fn initiator_tunnel_address(i: usize) -> Ipv4Addr {
+    let allowed = idle_peer_address(i);
+    allowed
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(Ipv4Addr::UNSPECIFIED)
 }
 
 #[cfg(test)]
