@@ -88,7 +88,7 @@
 use super::batch::{data_plane_batch, fit, stride_for};
 use super::crypto_helpers::CryptoHelpers;
 use super::lines::Lines;
-use super::pmtu::{self, PathMtu};
+use super::pmtu::PathMtu;
 use super::realtime::Realtime;
 use super::tcp_lines;
 use super::turn_order::TurnOrder;
@@ -429,19 +429,28 @@ impl Shared {
         self.path_mtu.log_notices(name, &mut self.device());
     }
 
-    /// Tells each path's search how big its local line allows (every few
-    /// seconds; at once on the first call).
+    /// Tells each path's search how big its local line allows: the next
+    /// slice of the paths (a round every few seconds; at once on the
+    /// first call).
     pub fn refresh_path_ceilings(&self, now: Instant) {
-        if !self.path_mtu.ceilings_due(now) {
+        let slice = self
+            .path_mtu
+            .ceiling_slice(now, || self.device().path_routes());
+        if slice.is_empty() {
             return;
         }
-        let routes = self.device().path_routes();
         let largest = self.path_mtu.search_ceiling();
-        for route in routes {
-            let bind = self.lines().bind(route.line).cloned();
-            if let Some(mtu) = pmtu::line_mtu(bind.as_ref(), route.remote) {
-                self.device().set_path_link_mtu(now, route, mtu, largest);
-            }
+        let mut lookup = super::ceilings::RouteMtu::default();
+        let found: Vec<_> = slice
+            .into_iter()
+            .filter_map(|route| {
+                let bind = || self.lines().bind(route.line).cloned();
+                Some((route, lookup.lookup(route.line, bind, route.remote)?))
+            })
+            .collect();
+        let mut device = self.device();
+        for (route, mtu) in found {
+            device.set_path_link_mtu(now, route, mtu, largest);
         }
     }
 }

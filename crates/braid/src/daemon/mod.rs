@@ -13,6 +13,7 @@
 //! every I/O call moves a batch.
 
 pub mod batch;
+mod ceilings;
 mod clocks;
 pub mod control;
 pub mod crypto_helpers;
@@ -651,6 +652,7 @@ impl Daemon {
             if now >= next_mtu_follow {
                 next_mtu_follow = now + PATH_MTU_FOLLOW;
                 self.shared.follow_path_mtu(&self.name);
+                self.shared.refresh_path_ceilings(now);
                 self.events.look(&mut self.shared.device(), &self.name);
             }
             self.write_released(now)?;
@@ -675,7 +677,6 @@ impl Daemon {
                     }
                     iface::Seen::Unknown => {}
                 }
-                self.shared.refresh_path_ceilings(now);
                 tcp_lines::sort_out_connections(&self.shared.lines(), &self.shared.device());
             }
         }

@@ -2,7 +2,8 @@
 //! `braid_core::pmtud`, run by the device):
 //!
 //! - each path's search is capped by the MTU of the local line it leaves
-//!   on, looked up from the routing table now and then;
+//!   on, looked up from the routing table now and then, a slice of the
+//!   paths at a time ([`super::ceilings`]);
 //! - the TUN MTU follows the smallest size the live paths carry (unless
 //!   the config fixes `MTU =`), and with it `MssFix = auto`;
 //! - an inner packet bigger than that is answered with ICMP "fragmentation
@@ -15,20 +16,17 @@
 //! oversize packets. Nothing here takes the data plane's locks.
 
 use super::batch::MAX_MTU;
-use crate::config::Bind;
+use super::ceilings::Round;
 use braid_core::batch::{PacketBatch, HEADROOM};
-use braid_core::device::Device;
+use braid_core::device::{Device, PathRoute};
 use braid_core::icmp;
 use braid_core::pmtud::MIN_PLPMTU;
-use braid_io::{netcfg, Tun};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsRawFd;
+use braid_io::Tun;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// How often each path's line MTU is looked up again.
-const CEILING_REFRESH: Duration = Duration::from_secs(5);
 /// Too-big answers: a burst of this many, refilled at `ANSWERS_PER_SECOND`
 /// (a sender needs one to adapt; a flood of oversize packets must not turn
 /// into a flood of answers).
@@ -57,7 +55,7 @@ pub struct PathMtu {
     /// interface moved to another namespace cannot be changed by a daemon
     /// that gave up root (see `Tun::set_mtu`).
     refused: AtomicU32,
-    next_refresh: Mutex<Option<Instant>>,
+    ceilings: Mutex<Round>,
     answers: Mutex<Answers>,
 }
 
@@ -89,7 +87,7 @@ impl PathMtu {
             limit: AtomicU32::new(0),
             applied: AtomicU32::new(mtu),
             refused: AtomicU32::new(0),
-            next_refresh: Mutex::new(None),
+            ceilings: Mutex::new(Round::default()),
             answers: Mutex::new(Answers {
                 batch: PacketBatch::new(batch, ANSWER_SLOT),
                 tokens: ANSWER_BURST,
@@ -125,7 +123,7 @@ impl PathMtu {
         if !self.auto {
             self.default.store(mtu, Ordering::Relaxed);
         }
-        *self.next_refresh.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.round().restart();
     }
 
     /// The largest size each path's search looks for: with the MTU fixed,
@@ -233,15 +231,24 @@ impl PathMtu {
         self.refused.store(0, Ordering::Relaxed);
     }
 
-    /// Whether the lines' MTUs are due to be looked up again (every
-    /// `CEILING_REFRESH`; at once on the first call).
-    pub fn ceilings_due(&self, now: Instant) -> bool {
-        let mut next = self.next_refresh.lock().unwrap_or_else(|e| e.into_inner());
-        if next.is_some_and(|t| now < t) {
-            return false;
+    fn round(&self) -> std::sync::MutexGuard<'_, Round> {
+        self.ceilings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The paths whose lines' MTUs to look up now: the next slice of the
+    /// running round, or of a new one made of `routes()` when one is due
+    /// (every `CEILING_REFRESH`; at once on the first call). `routes` is
+    /// called without this module's lock held.
+    pub fn ceiling_slice(
+        &self,
+        now: Instant,
+        routes: impl FnOnce() -> Vec<PathRoute>,
+    ) -> Vec<PathRoute> {
+        if self.round().starts(now) {
+            let all = routes();
+            self.round().fill(all);
         }
-        *next = Some(now + CEILING_REFRESH);
-        true
+        self.round().slice()
     }
 
     /// Consumes every packet of `batch` (read from the TUN) that is longer
@@ -290,63 +297,6 @@ fn capped_mtu(target: usize) -> u32 {
     target.min(MAX_MTU as usize) as u32
 }
 
-/// The MTU of the route to `remote` from a line (as the kernel would send
-/// a datagram of that line): a throwaway UDP socket, bound like the line
-/// and connected, asked for `IP_MTU`. Connecting sends nothing.
-pub fn line_mtu(bind: Option<&Bind>, remote: SocketAddr) -> Option<usize> {
-    let local_any = if remote.is_ipv6() {
-        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-    } else {
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-    };
-    let local = match bind {
-        Some(Bind::Address(a)) if a.is_ipv6() == remote.is_ipv6() => *a,
-        _ => local_any,
-    };
-    let socket = std::net::UdpSocket::bind(SocketAddr::new(local, 0)).ok()?;
-    let device = match bind {
-        Some(Bind::Interface(dev)) => Some(dev.clone()),
-        Some(Bind::Address(a)) => netcfg::interface_with_address(*a),
-        None => None,
-    };
-    if let Some(dev) = device {
-        // SAFETY: setsockopt on a socket we own, with a buffer of the given
-        // length that outlives the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_BINDTODEVICE,
-                dev.as_ptr().cast(),
-                dev.len() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return None;
-        }
-    }
-    socket.connect(remote).ok()?;
-    let (level, name) = if remote.is_ipv6() {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
-    } else {
-        (libc::IPPROTO_IP, libc::IP_MTU)
-    };
-    let mut mtu: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `mtu`, which lives
-    // on this stack frame for the whole call.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&mut mtu as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0 && mtu > 0).then_some(mtu as usize)
-}
-
 /// One path's discovery as `braid mtu` shows it (`None` while not running).
 pub fn snapshot(p: &braid_core::pmtud::Pmtud) -> Option<crate::uapi::PmtuSnapshot> {
     if p.state() == braid_core::pmtud::PmtuState::Disabled {
@@ -382,11 +332,5 @@ mod tests {
         // Its low 32 bits say 100: truncated, the tunnel MTU would be 100.
         assert_eq!(capped_mtu((1 << 32) + 100), MAX_MTU);
         assert_eq!(capped_mtu(usize::MAX), MAX_MTU);
-    }
-
-    #[test]
-    fn loopback_route_mtu_is_found() {
-        let mtu = line_mtu(None, "127.0.0.1:9".parse().unwrap()).expect("route to loopback");
-        assert!(mtu >= 1280, "{mtu}");
     }
 }
