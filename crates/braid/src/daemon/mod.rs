@@ -777,9 +777,12 @@ impl Daemon {
             );
             return Response::Error(errno);
         }
-        let group_len = main_group_size(&self.name, self.shared.tun.queue_count());
         let new_socket = match set.listen_port.filter(|&p| p != self.state.listen_port) {
-            Some(port) => match UdpSocket::bind_group(port, group_len) {
+            // Sized here, so only a new port says why it gets one socket.
+            Some(port) => match UdpSocket::bind_group(
+                port,
+                main_group_size(&self.name, self.shared.tun.queue_count()),
+            ) {
                 Ok(udp) => Some(udp),
                 Err(e) => {
                     crate::warn!(self.name, "cannot listen on UDP port {port}: {e}");
