@@ -149,7 +149,7 @@ pub struct Results {
 }
 
 /// Every row (peer counts in the outer loop, so both VPNs of one count run
-/// close together in time), then the storms.
+/// close together in time), then the storms, then the uploads.
 pub fn measure_all(o: &Options) -> Result<Results, String> {
     let mut r = Results::default();
     for &idle in &o.peers {
@@ -165,15 +165,7 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
                     }
                     r.rows.push(row);
                 }
-                Err(why) => {
-                    lab::check_stop()?;
-                    eprintln!("  failed: {why}");
-                    r.failures.push(Failure {
-                        vpn: vpn.name(),
-                        part: Part::Row(idle),
-                        why,
-                    });
-                }
+                Err(why) => failed(&mut r, vpn, Part::Row(idle), why)?,
             }
         }
     }
@@ -190,15 +182,7 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
             }
             match measure_storm(vpn, o) {
                 Ok(storm) => r.storms.push(storm),
-                Err(why) => {
-                    lab::check_stop()?;
-                    eprintln!("  failed: {why}");
-                    r.failures.push(Failure {
-                        vpn: vpn.name(),
-                        part: Part::Storm,
-                        why,
-                    });
-                }
+                Err(why) => failed(&mut r, vpn, Part::Storm, why)?,
             }
         }
     }
@@ -226,20 +210,25 @@ pub fn measure_all(o: &Options) -> Result<Results, String> {
                         }
                         r.uploads.push(upload);
                     }
-                    Err(why) => {
-                        lab::check_stop()?;
-                        eprintln!("  failed: {why}");
-                        r.failures.push(Failure {
-                            vpn: vpn.name(),
-                            part,
-                            why,
-                        });
-                    }
+                    Err(why) => failed(&mut r, vpn, part, why)?,
                 }
             }
         }
     }
     Ok(r)
+}
+
+/// Notes that `part` could not be measured on `vpn` (unless the bench
+/// was stopped, which ends it).
+fn failed(r: &mut Results, vpn: &Vpn, part: Part, why: String) -> Result<(), String> {
+    lab::check_stop()?;
+    eprintln!("  failed: {why}");
+    r.failures.push(Failure {
+        vpn: vpn.name(),
+        part,
+        why,
+    });
+    Ok(())
 }
 
 /// The VPN's server or client in `ns` on interface `ifname`, empty, its
@@ -632,10 +621,11 @@ fn measure_upload(vpn: &Vpn, queues: usize, o: &Options) -> LabResult<Upload> {
         sessions: handshakes.completed,
         size,
         sent,
-        delivered: after.0 - before.0,
+        delivered: after.0.saturating_sub(before.0),
         server_cpu_s: after.1 - before.1,
         sockets: counter("udp_sockets").map(|(_, n)| n),
-        datagrams_on_other_sockets: counter("udp_socket_datagrams").map(|(b, a)| a - b),
+        datagrams_on_other_sockets: counter("udp_socket_datagrams")
+            .map(|(b, a)| a.saturating_sub(b)),
     })
 }
 

@@ -144,13 +144,10 @@ pub fn send_all(
 
 /// Waits (at most a millisecond) until `socket` takes another datagram.
 fn wait_writable(socket: &UdpSocket) {
-    let mut fd = libc::pollfd {
-        fd: socket.as_raw_fd(),
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    // SAFETY: one pollfd that lives across the call.
-    unsafe { libc::poll(&mut fd, 1, 1) };
+    let _ = braid_io::wait(
+        &[(socket.as_raw_fd(), braid_io::Interest::WRITABLE)],
+        Some(Duration::from_millis(1)),
+    );
 }
 
 #[cfg(test)]
