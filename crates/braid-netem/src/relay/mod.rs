@@ -20,7 +20,9 @@
 //!   its own receive buffer. Otherwise every copy the model lets through is
 //!   copied into a preallocated pool and a binary heap keyed by (delivery
 //!   time, arrival order), and [`Relay::pop_due`] hands them out when their
-//!   time has come. Nothing is allocated per datagram: the pool and the
+//!   time has come. A jittered line's delivery times are rounded up to a
+//!   grid finer than its jitter ([`MAX_GRAIN`] at most), so its copies
+//!   leave in batches, as a fixed delay's do. Nothing is allocated per datagram: the pool and the
 //!   heaps are sized at start, and a full pool drops (a queue drop).
 //! - Cuts: [`Relay::set_cut`] and the configured schedule; rate changes:
 //!   [`Relay::set_rate`] and the configured rate schedule.
@@ -128,6 +130,8 @@ pub struct Ready {
 struct Direction {
     model: LinkModel,
     perfect: bool,
+    /// Delivery times are rounded up to this grid (zero: exact).
+    grain: Duration,
     heap: BinaryHeap<Due>,
     seq: u64,
     /// Copies the model let through but the pool had no room for.
@@ -140,6 +144,7 @@ impl Direction {
     fn new(p: &LinkParams, seed: u64) -> Direction {
         Direction {
             perfect: p.is_perfect(),
+            grain: release_grain(p.jitter),
             model: LinkModel::new(p.clone(), seed),
             heap: BinaryHeap::with_capacity(Pool::capacity()),
             seq: 0,
@@ -152,6 +157,36 @@ impl Direction {
     fn due(&self, now: Instant) -> bool {
         self.heap.peek().is_some_and(|d| d.at <= now)
     }
+}
+
+/// The grid a jittered line's deliveries are released on: a tenth of the
+/// jitter, at most [`MAX_GRAIN`]. Jitter spreads the copies of one received
+/// batch over the whole jitter range, so released at their exact times they
+/// leave a few at a time, each few with its own wake-up and sendmmsg (3
+/// datagrams per call at 2.3 Gbit/s over 3 ms ± 1 ms, against 40 on a
+/// fixed 3 ms line), and the relay's own CPU, not the line, sets what gets
+/// through. On the grid they leave together; the jitter's spread and its
+/// reordering stay (a copy is late by less than a tenth of the jitter).
+fn release_grain(jitter: Duration) -> Duration {
+    (jitter / 10).min(MAX_GRAIN)
+}
+
+/// The coarsest release grid; below the jitter that makes it.
+pub const MAX_GRAIN: Duration = Duration::from_micros(100);
+
+/// `at` rounded up to the next point of the grid of `grain` from `start`;
+/// `at` itself when the grain is zero or the rounding would overflow.
+fn round_up(at: Instant, start: Instant, grain: Duration) -> Instant {
+    if grain.is_zero() {
+        return at;
+    }
+    let offset = at.saturating_duration_since(start).as_nanos();
+    let g = grain.as_nanos();
+    let rounded = offset.div_ceil(g) * g;
+    u64::try_from(rounded)
+        .ok()
+        .and_then(|n| start.checked_add(Duration::from_nanos(n)))
+        .map_or(at, |r| r.max(at))
 }
 
 /// What was sent: every count saturates rather than wraps to a small
@@ -331,7 +366,7 @@ impl<T> Relay<T> {
             };
         }
         let fate = d.model.offer(at, data.len());
-        if enqueue(d, &mut self.pool, fate, data, meta) {
+        if enqueue(d, &mut self.pool, fate, data, meta, self.start) {
             Verdict::Queued
         } else {
             Verdict::Dropped
@@ -501,7 +536,14 @@ impl<T> Relay<T> {
 
 /// Puts the copies the model let through into the delay line; false when
 /// none went in.
-fn enqueue(dir: &mut Direction, pool: &mut Pool, fate: Fate, data: &[u8], meta: Meta) -> bool {
+fn enqueue(
+    dir: &mut Direction,
+    pool: &mut Pool,
+    fate: Fate,
+    data: &[u8],
+    meta: Meta,
+    start: Instant,
+) -> bool {
     let Fate::Delivered { first, duplicate } = fate else {
         return false;
     };
@@ -521,7 +563,7 @@ fn enqueue(dir: &mut Direction, pool: &mut Pool, fate: Fate, data: &[u8], meta: 
         // again in pop_due.
         dir.in_flight_bytes += data.len() as u64;
         dir.heap.push(Due {
-            at,
+            at: round_up(at, start, dir.grain),
             seq: dir.seq,
             id,
         });

@@ -295,7 +295,9 @@ fn copies_come_out_in_delivery_order() {
             panic!("a line without loss dropped datagram {i}");
         };
         for d in std::iter::once(first).chain(duplicate) {
-            expected.push((d.at, expected.len(), i));
+            // Released on the 100 µs grid of an 8 ms jitter.
+            let on_grid = t0 + (d.at - t0).div_ceil_by(MAX_GRAIN);
+            expected.push((on_grid, expected.len(), i));
         }
     }
     expected.sort();
@@ -313,6 +315,78 @@ fn copies_come_out_in_delivery_order() {
     let want: Vec<u32> = expected.iter().map(|&(_, _, i)| i).collect();
     assert_eq!(got, want);
     assert!(r.stats(now).up.reordered > 0);
+}
+
+/// Rounding a duration up to a whole number of grains.
+trait DivCeilBy {
+    fn div_ceil_by(self, grain: Duration) -> Duration;
+}
+
+impl DivCeilBy for Duration {
+    fn div_ceil_by(self, grain: Duration) -> Duration {
+        let n = self.as_nanos().div_ceil(grain.as_nanos());
+        grain * u32::try_from(n).unwrap()
+    }
+}
+
+#[test]
+fn a_jittered_line_releases_on_a_grid_finer_than_its_jitter() {
+    let t0 = origin();
+    // (case, jitter, grain expected)
+    let cases = [
+        (1, Duration::from_millis(1), Duration::from_micros(100)),
+        (2, Duration::from_micros(200), Duration::from_micros(20)),
+        (3, Duration::from_millis(50), MAX_GRAIN),
+    ];
+    for (case, jitter, grain) in cases {
+        let line = LinkParams {
+            delay: ms(3),
+            jitter,
+            reorder: true,
+            ..LinkParams::default()
+        };
+        let mut r = Relay::new(config(line.clone(), LinkParams::default()), t0);
+        let mut model = LinkModel::new(line, 7);
+        // A burst of 64, as one receive batch brings it, 1 µs apart.
+        let mut exact = Vec::new();
+        for i in 0..64u32 {
+            let now = t0 + Duration::from_micros(u64::from(i) + 7);
+            up(&mut r, now, client(1), &i.to_be_bytes(), ());
+            let Fate::Delivered { first, .. } = model.offer(now, 4) else {
+                panic!("case {case}: a line without loss dropped {i}");
+            };
+            exact.push(first.at);
+        }
+        let mut releases = 0;
+        let mut got = 0;
+        while got < exact.len() {
+            let now = r.next_deadline();
+            assert_eq!(
+                (now - t0).as_nanos() % grain.as_nanos(),
+                0,
+                "case {case}: a release off the grid"
+            );
+            for (_, _, d) in drain(&mut r, now) {
+                let i = u32::from_be_bytes(d.try_into().unwrap()) as usize;
+                assert!(exact[i] <= now, "case {case}: copy {i} left early");
+                assert!(now - exact[i] < grain, "case {case}: copy {i} late");
+                got += 1;
+            }
+            releases += 1;
+        }
+        // The burst's spread (twice the jitter) over the grain, not 64.
+        let most = (2 * jitter).as_nanos() / grain.as_nanos() + 1;
+        assert!(releases as u128 <= most, "case {case}: {releases} releases");
+    }
+}
+
+#[test]
+fn a_fixed_delay_is_not_rounded() {
+    let t0 = origin();
+    let mut r = Relay::new(config(delayed(ms(3)), LinkParams::default()), t0);
+    let now = t0 + Duration::from_nanos(1234);
+    up(&mut r, now, client(1), b"x", ());
+    assert_eq!(r.next_deadline(), now + ms(3));
 }
 
 #[test]
