@@ -89,9 +89,20 @@ fn state_name(state: PathState) -> &'static str {
 
 fn compare(seen: &mut Seen, peer: &Peer, name: &str) {
     let who = || PublicKey::from_bytes(peer.public_key()).to_base64();
+    let cipher = current_cipher(peer);
     if peer.last_handshake != seen.last_handshake && peer.last_handshake.is_some() {
         if seen.session {
             crate::debug!(name, "peer {}: handshake completed (new keys)", who());
+        } else if let Some(c) = cipher {
+            // One line per session start, cipher included: a server with
+            // 30,000 peers logs 30,000 lines, not 60,000.
+            crate::info!(
+                name,
+                "peer {}: handshake completed, session up, data cipher {}",
+                who(),
+                c.name()
+            );
+            seen.cipher = cipher;
         } else {
             crate::info!(name, "peer {}: handshake completed, session up", who());
         }
@@ -102,10 +113,9 @@ fn compare(seen: &mut Seen, peer: &Peer, name: &str) {
         crate::info!(name, "peer {}: session ended (keys expired)", who());
     }
     seen.session = session;
-    let cipher = current_cipher(peer);
     if cipher != seen.cipher {
         if let Some(c) = cipher {
-            crate::info!(name, "peer {}: data cipher {}", who(), c.name());
+            crate::info!(name, "peer {}: data cipher now {}", who(), c.name());
         }
         seen.cipher = cipher;
     }
@@ -175,6 +185,15 @@ fn state_change(
             path.name,
             path.remote,
             state_name(before)
+        ),
+        // A stock peer's only path is the learned one, and it comes up with
+        // the session, which has its own info line.
+        PathState::Up if path.name == braid_core::peer::LEARNED_PATH => crate::debug!(
+            name,
+            "peer {}: path {} to {} up",
+            who(),
+            path.name,
+            path.remote
         ),
         PathState::Up => crate::info!(
             name,
