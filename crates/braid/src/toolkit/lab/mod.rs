@@ -43,7 +43,7 @@ pub mod uapi;
 pub mod wireguard_go;
 
 pub use config::{keypair, IfaceConf, Keys, PeerConf};
-pub use netem_line::NetemLine;
+pub use netem_line::{realtime_relays, NetemLine};
 pub use netns::{Netns, Veth};
 pub use process::{require_tools, run, tool_exists, ChildGuard, LabResult, Out};
 pub use setup::{ChildId, Lab};

@@ -99,8 +99,8 @@ options:
   --json                  print counters as JSON
   --duration 10s          stop by itself after this long
   --max-clients 1024      clients served at once (least recently seen is evicted)
-  --realtime              real-time priority (SCHED_FIFO): delays stay precise
-                          when other work competes for the CPU
+  --realtime              real-time priority (SCHED_FIFO 30): delays stay
+                          precise when other work competes for the CPU
 
 signals: SIGUSR1 cuts, SIGUSR2 restores, SIGINT/SIGTERM stop and print counters.
 ";

@@ -42,6 +42,14 @@ pub const BATCH: usize = 64;
 const RECV_STRIDE: usize = 65536;
 /// Busy-poll this long before a deadline instead of trusting the wake-up.
 pub const SPIN: Duration = Duration::from_micros(50);
+/// `--realtime`'s SCHED_FIFO priority: above a VPN's own real-time
+/// threads at their usual 20 (`RealtimePriority = 20`, `--vpn-realtime
+/// 20`). An emulated line must not wait for the endpoints it joins: a
+/// relay that did not run for 16 ms sent a copy with a long jitter draw
+/// 16 ms after later ones it had sent before, so a ± 1 ms line reordered
+/// by 17 ms (`tcpdump` on both sides of the relay) and the receiving VPN
+/// gave up gaps it should have waited for.
+pub const REALTIME_PRIORITY: libc::c_int = 30;
 /// Batches read from one socket before the loop looks at deadlines again.
 const BATCHES_PER_WAKE: usize = 4;
 
@@ -173,7 +181,7 @@ impl Relay {
         // SAFETY: prctl with PR_SET_TIMERSLACK takes plain integers.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
         if cfg.realtime {
-            braid_io::realtime_this_thread(libc::SCHED_FIFO, 10)
+            braid_io::realtime_this_thread(libc::SCHED_FIFO, REALTIME_PRIORITY)
                 .map_err(|e| format!("--realtime: {e}"))?;
         }
         let listen = UdpSocket::bind_addr(cfg.listen)

@@ -80,12 +80,10 @@ tunnels. Prints a progress line per case on stderr, then the tables.
                      line (its relay's count) and in total (iperf3's
                      receiver), cuts, restores and rate changes marked, and
                      when braid saw a line go down or up (the failover)
-  --realtime         run the bench and everything it starts (relays, VPNs,
-                     iperf3) at real-time priority (SCHED_RR 20), so other
-                     work on a shared machine does not delay the relays'
-                     timing (lossy row, cubic, 2 cores busy with builds:
-                     1.9 to 90.6 Mbit/s in four runs without, 88.3 to
-                     91.5 in six with)
+  --realtime         run the relays at real-time priority (SCHED_FIFO
+                     30), so other work on a shared machine does not delay
+                     the lines' timing; the VPNs and iperf3 stay in the
+                     normal class
 
 Section 5 (unequal, issue 19): two `braid netem` lines with rate caps and
 100 ms queues, one TCP stream unless said, 10 s per case (quick 5 s):
@@ -209,13 +207,6 @@ fn parse(argv: &[String]) -> Result<Option<Opts>, String> {
     Ok(Some(o))
 }
 
-/// SCHED_RR at priority 20 for this (the main) thread; what it starts
-/// inherits it.
-fn realtime_priority() -> Result<(), String> {
-    braid_io::realtime_this_thread(libc::SCHED_RR, 20)
-        .map_err(|e| format!("--realtime: SCHED_RR at priority 20: {e}"))
-}
-
 fn known_cc(flag: &str, v: &str) -> Result<&'static str, String> {
     plan::KNOWN_CC
         .iter()
@@ -237,7 +228,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     require_root("lines")?;
     lab::require_tools(&["ip", "iperf3", "ping"])?;
     if o.realtime {
-        realtime_priority()?;
+        lab::realtime_relays();
     }
     lab::catch_stop_signals();
     let cases = plan::plan(&o);

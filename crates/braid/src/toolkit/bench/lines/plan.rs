@@ -34,7 +34,7 @@ pub(super) struct Opts {
     pub(super) unequal_runs: usize,
     /// `--plot FILE.svg`.
     pub(super) plot: Option<std::path::PathBuf>,
-    /// `--realtime`: SCHED_RR for the bench and what it starts.
+    /// `--realtime`: the relays at real-time priority.
     pub(super) realtime: bool,
 }
 
