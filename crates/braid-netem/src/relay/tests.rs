@@ -296,7 +296,7 @@ fn copies_come_out_in_delivery_order() {
         };
         for d in std::iter::once(first).chain(duplicate) {
             // Released on the 100 µs grid of an 8 ms jitter.
-            let on_grid = t0 + (d.at - t0).div_ceil_by(MAX_GRAIN);
+            let on_grid = round_up(d.at, t0, MAX_GRAIN);
             expected.push((on_grid, expected.len(), i));
         }
     }
@@ -315,18 +315,6 @@ fn copies_come_out_in_delivery_order() {
     let want: Vec<u32> = expected.iter().map(|&(_, _, i)| i).collect();
     assert_eq!(got, want);
     assert!(r.stats(now).up.reordered > 0);
-}
-
-/// Rounding a duration up to a whole number of grains.
-trait DivCeilBy {
-    fn div_ceil_by(self, grain: Duration) -> Duration;
-}
-
-impl DivCeilBy for Duration {
-    fn div_ceil_by(self, grain: Duration) -> Duration {
-        let n = self.as_nanos().div_ceil(grain.as_nanos());
-        grain * u32::try_from(n).unwrap()
-    }
 }
 
 #[test]
