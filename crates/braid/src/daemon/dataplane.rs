@@ -100,7 +100,7 @@ use braid_io::{poll, Interest, Tun, TunRead, Waker};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long the outbound thread sleeps at most before it looks at the stop
 /// flag again.
@@ -175,6 +175,15 @@ pub struct Scratch {
     jobs: CryptoJobs,
     /// Seal or open parts of a large batch next to the thread holding it.
     helpers: CryptoHelpers,
+    /// The kernel's arrival time of each datagram of `batch`.
+    times: Vec<Option<SystemTime>>,
+    /// Every datagram that arrived before this was taken in by the last
+    /// receive: when a read found the socket empty, the moment before that
+    /// read; otherwise (a full batch at its budget, or a short one, which
+    /// a coalesced receive returns while more waits) the arrival of the
+    /// newest datagram it took. The timers that give reorder gaps up run
+    /// no further (see `Daemon::main_loop`).
+    complete_until: Option<Instant>,
 }
 
 impl Scratch {
@@ -185,11 +194,14 @@ impl Scratch {
         parts_handed_out: Arc<AtomicU64>,
         realtime: Option<&Realtime>,
     ) -> std::io::Result<Scratch> {
+        let batch = data_plane_batch(stride);
         Ok(Scratch {
-            batch: data_plane_batch(stride),
+            times: vec![None; batch.capacity()],
+            batch,
             control: data_plane_batch(stride),
             jobs: CryptoJobs::new(),
             helpers: CryptoHelpers::new(helpers, name, parts_handed_out, realtime)?,
+            complete_until: None,
         })
     }
 }
@@ -472,6 +484,7 @@ fn send_one_batch(shared: &Shared, queue: usize, sender: &mut Scratch) -> std::i
         control,
         jobs,
         helpers,
+        ..
     } = sender;
     fit(batch, shared.stride());
     let mut read = shared.tun.read_batch_on(queue, batch)?;
@@ -792,6 +805,13 @@ pub fn receive_from_line(
     receive(shared, receiver, Source::Line(line), max_batches)
 }
 
+impl Scratch {
+    /// See the field.
+    pub fn complete_until(&self) -> Option<Instant> {
+        self.complete_until
+    }
+}
+
 /// [`receive_from_line`] from a line or a member of the main line's group.
 fn receive(
     shared: &Shared,
@@ -804,19 +824,28 @@ fn receive(
         control,
         jobs,
         helpers,
+        times,
+        complete_until,
     } = receiver;
     let mut received = 0;
+    *complete_until = None;
     for _ in 0..max_batches {
+        // The wall clock first: a preemption between the two reads makes
+        // an arrival estimate late, never early (see `arrived_by`).
+        let wall = SystemTime::now();
         let now = Instant::now();
         fit(batch, shared.stride());
         fit(control, shared.stride());
+        // Slots a coalesced receive leaves empty get no stamp: no stale
+        // one from an earlier batch may stand in for it.
+        times.fill(None);
         // Whether an unknown TCP connection spoke is read under the same
         // lock as the receive, not a second one per batch.
         let (n, strangers, oversize) = {
             let lines = shared.lines();
             match from {
                 Source::Line(line) => {
-                    let n = lines.recv(line, batch)?;
+                    let n = lines.recv(line, batch, times)?;
                     let oversize = lines.take_oversize(line);
                     (
                         n,
@@ -825,7 +854,7 @@ fn receive(
                     )
                 }
                 Source::Member(k) => {
-                    let n = lines.recv_member(k, batch)?;
+                    let n = lines.recv_member(k, batch, times)?;
                     let oversize = lines.member(k).and_then(|s| s.take_oversize());
                     (n, false, oversize)
                 }
@@ -840,16 +869,22 @@ fn receive(
             }
         }
         if n == 0 {
+            *complete_until = Some(now);
             break;
         }
         // At most max_batches * capacity: no overflow.
         received += n;
-        shared.device().prepare_decapsulate(now, batch, jobs);
+        let arrived = arrived_by(now, wall, &times[..n]);
+        shared.device().prepare_decapsulate(arrived, batch, jobs);
         answer_initiations(jobs, shared.cores);
         helpers.open(jobs, batch);
         let (pending, queued, ticket) = {
             let mut device = shared.device();
-            device.finish_decapsulate(now, batch, jobs);
+            // The reorder window's clock is the batch's arrival: a thread
+            // that ran late (preempted, or a real-time peer's 100 ms
+            // slice) must neither count its own delay as the line's
+            // lateness nor give up a gap whose packets wait in the socket.
+            device.finish_decapsulate(arrived, batch, jobs);
             // Initiations over the batch's budget wait for the main
             // thread's next wake-up (this may be the outbound thread).
             let queued = device.queued_initiations() > 0;
@@ -884,11 +919,31 @@ fn receive(
         if written > 0 {
             send_from_tun_if_idle(shared, SEND_BATCHES_AFTER_WRITE)?;
         }
+        // A short read does not mean the socket is drained (a coalesced
+        // receive fills fewer slots than it could): only an empty read
+        // says so. Until then the timers run no further than this batch.
+        *complete_until = Some(arrived);
         if n < batch.capacity() {
             break;
         }
     }
     Ok(received)
+}
+
+/// When the newest of a batch's datagrams arrived, on the monotonic clock:
+/// its kernel stamp (wall clock) moved back from `now` by its age; `now`
+/// without a stamp, or with one that makes no sense (the wall clock was
+/// stepped, or it is more than a second old).
+fn arrived_by(now: Instant, wall: SystemTime, times: &[Option<SystemTime>]) -> Instant {
+    const MAX_AGE: Duration = Duration::from_secs(1);
+    times
+        .iter()
+        .flatten()
+        .max()
+        .and_then(|t| wall.duration_since(*t).ok())
+        .filter(|age| *age < MAX_AGE)
+        .and_then(|age| now.checked_sub(age))
+        .unwrap_or(now)
 }
 
 /// Does the DH work of the batch's handshake initiations (five scalar
@@ -1017,6 +1072,36 @@ mod tests {
         // be an early deadline; saturated it is the latest there is.
         if let Some(far) = epoch.checked_add(Duration::from_secs(600 * 365 * 86_400)) {
             assert_eq!(nanos_since(epoch, far), u64::MAX);
+        }
+    }
+
+    #[test]
+    fn a_batch_arrived_when_its_newest_datagram_did() {
+        let now = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let ms = Duration::from_millis;
+        // (case, stamps, arrival expected)
+        let cases = [
+            (
+                1,
+                vec![Some(wall - ms(40)), Some(wall - ms(30))],
+                now - ms(30),
+            ),
+            (
+                2,
+                vec![Some(wall - ms(30)), None, Some(wall - ms(35))],
+                now - ms(30),
+            ),
+            // Unstamped (a TCP line, an old kernel): read time.
+            (3, vec![None, None], now),
+            (4, vec![], now),
+            // A stamp after the reading (a stepped wall clock) or older
+            // than a second: read time.
+            (5, vec![Some(wall + ms(2))], now),
+            (6, vec![Some(wall - ms(1500))], now),
+        ];
+        for (case, stamps, want) in cases {
+            assert_eq!(arrived_by(now, wall, &stamps), want, "case {case}");
         }
     }
 }

@@ -8,12 +8,23 @@ use braid_io::{TcpLine, UdpSocket};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::SystemTime;
 
 /// What a TCP line is for, so that paths sharing it find it again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TcpRole {
     Listen,
     Connect(Option<Bind>, SocketAddr),
+}
+
+/// `socket`, asked to stamp every datagram with its arrival time: the
+/// reorder window then judges a gap by when its packets arrived, not by
+/// when a thread that was not running got to them (see
+/// `dataplane::receive`). Without stamps (an old kernel refusing the
+/// option) the read time stands in, as before.
+pub fn stamped(socket: UdpSocket) -> UdpSocket {
+    let _ = socket.enable_rx_timestamps();
+    socket
 }
 
 /// One local line of the interface.
@@ -48,10 +59,17 @@ impl Line {
     }
 
     /// Receives one batch, each datagram tagged with `line`.
-    pub fn recv(&self, line: u16, batch: &mut PacketBatch) -> io::Result<usize> {
+    /// `times[k]` gets datagram k's arrival time when the kernel stamped it
+    /// (UDP lines; see [`stamped`]); other slots keep what they held.
+    pub fn recv(
+        &self,
+        line: u16,
+        batch: &mut PacketBatch,
+        times: &mut [Option<SystemTime>],
+    ) -> io::Result<usize> {
         match self {
             Line::Udp(s) => {
-                let n = s.recv_batch(batch)?;
+                let n = s.recv_batch_timed(batch, times)?;
                 if line != 0 {
                     for i in 0..n {
                         batch.set_line(i, line);

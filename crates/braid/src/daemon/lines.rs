@@ -8,12 +8,13 @@
 //! the senders over them, and the thread of TUN queue k receives from
 //! member k (member 0 is line 0 itself). Everything is sent from line 0.
 
-use super::line::Line;
+use super::line::{stamped, Line};
 use crate::config::Bind;
 use braid_core::batch::PacketBatch;
 use braid_io::UdpSocket;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::time::SystemTime;
 
 pub struct Lines {
     sockets: Vec<Line>,
@@ -26,7 +27,7 @@ impl Lines {
     /// The lines of an interface whose main line is `main_group` (see
     /// `UdpSocket::bind_group`): the first socket is line 0.
     pub fn new(main_group: Vec<UdpSocket>) -> Lines {
-        let mut group = main_group.into_iter();
+        let mut group = main_group.into_iter().map(stamped);
         let main = group.next().expect("a socket group has a first socket");
         Lines {
             sockets: vec![Line::Udp(main)],
@@ -78,6 +79,7 @@ impl Lines {
                 UdpSocket::bind_on(SocketAddr::new(*addr, 0), dev.as_deref())
             }
         }
+        .map(stamped)
         .map_err(|e| io::Error::new(e.kind(), format!("line bind={}: {e}", describe(bind))))?;
         match reuse {
             Some(i) => {
@@ -142,9 +144,14 @@ impl Lines {
 
     /// Receives one batch from member `k` (1 or more) of the main line's
     /// group: datagrams of line 0.
-    pub fn recv_member(&self, k: usize, batch: &mut PacketBatch) -> io::Result<usize> {
+    pub fn recv_member(
+        &self,
+        k: usize,
+        batch: &mut PacketBatch,
+        times: &mut [Option<SystemTime>],
+    ) -> io::Result<usize> {
         match self.member(k) {
-            Some(socket) => socket.recv_batch(batch),
+            Some(socket) => socket.recv_batch_timed(batch, times),
             None => Ok(0),
         }
     }
@@ -160,7 +167,7 @@ impl Lines {
             main_group.len(),
             self.main_group_len()
         );
-        let mut group = main_group.into_iter();
+        let mut group = main_group.into_iter().map(stamped);
         if let Some(main) = group.next() {
             self.sockets[0] = Line::Udp(main);
         }
@@ -189,9 +196,14 @@ impl Lines {
     }
 
     /// Receives one batch from line `line`, tagging each datagram with it.
-    pub fn recv(&self, line: usize, batch: &mut PacketBatch) -> io::Result<usize> {
+    pub fn recv(
+        &self,
+        line: usize,
+        batch: &mut PacketBatch,
+        times: &mut [Option<SystemTime>],
+    ) -> io::Result<usize> {
         // Indexing first: a line that exists has an index that fits u16.
-        self.sockets[line].recv(line as u16, batch)
+        self.sockets[line].recv(line as u16, batch, times)
     }
 
     /// The longest datagram line `line` last found too long for the

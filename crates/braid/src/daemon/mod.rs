@@ -601,9 +601,18 @@ impl Daemon {
             let sent_before = self.shared.tun_packets_sent();
             let written_before = self.shared.tun_packets_written();
             let mut received = 0;
+            // Up to when every line's arrivals have been taken in: a line
+            // the poll found empty, at the wake-up; a line read, where its
+            // receive left off. The timers below run no further, so a
+            // reorder gap is not given up while its packets wait in a
+            // socket (this thread ran late: preempted, stopped, or behind
+            // another real-time thread's slice).
+            let mut complete_until = woke;
             for (line, &leftover) in leftovers.iter().enumerate().take(n_lines) {
                 if leftover || ready.is_readable(1 + line) {
-                    received += self.on_udp_readable(line)?;
+                    let (n, until) = self.on_udp_readable(line)?;
+                    received += n;
+                    complete_until = until.map_or(complete_until, |u| u.min(complete_until));
                 }
             }
             if watch_tun && ready.is_readable(tun_index) {
@@ -640,7 +649,7 @@ impl Daemon {
             }
             {
                 let mut device = self.shared.device();
-                device.handle_timeout(now);
+                device.handle_timeout(complete_until.min(now));
                 // Initiations over a received batch's budget: another
                 // budget of them at each wake-up (the poll does not wait
                 // while some are queued).
@@ -685,10 +694,13 @@ impl Daemon {
 
     /// Receives from `line` until it is drained (bounded, so timers and
     /// requests are not starved).
-    /// Returns how many datagrams came in.
-    fn on_udp_readable(&mut self, line: usize) -> std::io::Result<usize> {
+    /// Returns how many datagrams came in, and up to when every arrival
+    /// was taken in (see `Scratch::complete_until`).
+    fn on_udp_readable(&mut self, line: usize) -> std::io::Result<(usize, Option<Instant>)> {
         let mut receiver = self.shared.receiver();
-        dataplane::receive_from_line(&self.shared, &mut receiver, line, RECV_BATCHES_PER_WAKE)
+        let n =
+            dataplane::receive_from_line(&self.shared, &mut receiver, line, RECV_BATCHES_PER_WAKE)?;
+        Ok((n, receiver.complete_until()))
     }
 
     /// Writes what the reorder windows released (after the batch it

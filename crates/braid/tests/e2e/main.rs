@@ -38,6 +38,7 @@ mod interop;
 mod ipv6;
 mod large_mtu;
 mod large_uapi;
+mod late_receiver;
 mod logs;
 mod manual;
 mod many_peers;

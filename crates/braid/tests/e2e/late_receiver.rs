@@ -1,0 +1,131 @@
+//! A receiving daemon that does not run for a while (preempted on a busy
+//! host, or behind another real-time thread's 100 ms slice) finds the
+//! datagrams of that while waiting in its socket. Its reorder window must
+//! judge them by when they arrived: a gap whose packets wait in the socket
+//! is not given up, and the daemon's own delay is not counted as the
+//! line's lateness (which would stretch the hold of every later real loss
+//! to hundreds of milliseconds).
+//!
+//! Side a sends UDP to b over a line with 3 ms ± 1 ms (reordering all the
+//! time, so the window always holds gaps), and b's daemon is stopped with
+//! SIGSTOP for 50 ms, ten times (`Mode = failover` keeps the data on the
+//! jittery line; the second line only carries probes).
+
+use crate::harness::*;
+use crate::two_lines::TwoLines;
+use std::time::Duration;
+
+const TOOLS: &[&str] = &["ip", "ping", "iperf3"];
+
+/// The processes whose command line names `conf` (a `braid up` and the
+/// daemon it left), by PID.
+fn processes_of(conf: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(conf) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn signal_all(pids: &[i32], signal: libc::c_int) {
+    for &pid in pids {
+        // SAFETY: kill takes plain integers; these are processes this test
+        // started (their command line names its own configuration file).
+        unsafe { libc::kill(pid, signal) };
+    }
+}
+
+#[test]
+fn a_receiver_that_ran_late_gives_up_no_gap_whose_packets_wait_in_its_socket() {
+    let test = "late_receiver";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+    let jittery: &[&str] = &["--delay", "3ms", "--jitter", "1ms"];
+    let lab = TwoLines::start_impaired(
+        &env,
+        [&nsa, &nsb],
+        [Some(jittery), None],
+        &["Mode = failover"],
+    );
+    let conf_b = env.path(&format!("{}.conf", lab.ifb));
+    let pids = processes_of(&conf_b.to_string_lossy());
+    assert!(!pids.is_empty(), "{test}: no process runs {conf_b:?}");
+
+    let _cpu = iperf_lock();
+    let log = env.path("iperf3-server.log");
+    let stream = std::thread::scope(|scope| {
+        let stream = scope.spawn(|| {
+            iperf::run(
+                &lab.nsa.name,
+                &lab.nsb.name,
+                &lab.tb,
+                &[
+                    "-u",
+                    "-b",
+                    "60M",
+                    "-l",
+                    "1200",
+                    "-t",
+                    "4",
+                    "--connect-timeout",
+                    "20000",
+                ],
+                &log,
+                Duration::from_secs(40),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        // Each stop shorter than a path takes to be declared down (200 ms
+        // without a word): side a must go on sending as before.
+        for _ in 0..10 {
+            signal_all(&pids, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(50));
+            signal_all(&pids, libc::SIGCONT);
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        stream.join().expect("the iperf3 thread")
+    });
+    // Never left stopped, whatever happened above.
+    signal_all(&pids, libc::SIGCONT);
+    let report = stream.or_panic();
+
+    let (show, text) = braid_show_json(lab.nsb, &lab.ifb);
+    let extra = &show["peers"][0]["extra"];
+    let counter = |name: &str| {
+        extra_counter(extra, name).unwrap_or_else(|| panic!("{test}: no {name} in {text}"))
+    };
+    let (under, lost, lateness, hold) = (
+        counter("under_window"),
+        counter("lost"),
+        counter("reorder_lateness_us"),
+        counter("reorder_hold_us"),
+    );
+    println!(
+        "[{test}] b: under window {under}, lost {lost}, lateness {lateness} µs, hold {hold} µs; \
+         iperf3 UDP lost {:?}",
+        report.udp.as_ref().map(|u| u.lost_packets)
+    );
+    assert!(
+        report.udp.as_ref().is_some_and(|u| u.packets > 0),
+        "{test}: no UDP report: {}",
+        report.json
+    );
+    // A packet that came after its gap was given up: the window judged
+    // by the stopped daemon's clock.
+    assert_eq!(under, 0, "{test}: gaps given up too early:\n{text}");
+    // The line reorders by 2 ms at most; 50 ms stops must not show.
+    assert!(
+        lateness < 25_000,
+        "{test}: the daemon's own stop was counted as lateness:\n{text}"
+    );
+    lab.stop();
+}
