@@ -332,6 +332,8 @@ struct DecayingMax {
     peak: Duration,
     /// When `peak` was set; `None`: not decaying yet.
     at: Option<Instant>,
+    /// Whether `peak` is a sample, not (what is left of) the initial value.
+    measured: bool,
 }
 
 impl DecayingMax {
@@ -339,6 +341,7 @@ impl DecayingMax {
         DecayingMax {
             peak: initial,
             at: None,
+            measured: false,
         }
     }
 
@@ -356,6 +359,7 @@ impl DecayingMax {
 
     fn sample(&mut self, now: Instant, d: Duration) {
         let current = self.value(now);
+        self.measured |= d >= current;
         self.peak = current.max(d);
         self.at = Some(now);
     }
@@ -700,6 +704,13 @@ impl ReorderWindow {
             None => self.lateness.peak,
         };
         (self.skew, lateness, self.repair_wait)
+    }
+
+    /// Whether the lateness in [`hold_parts`](Self::hold_parts) was
+    /// measured: false while it is what is left of [`INITIAL_LATENESS`]
+    /// (no late packet has come yet, or none as late as that).
+    pub fn lateness_measured(&self) -> bool {
+        self.lateness.measured
     }
 
     /// The measured reorder slack of `path` as of the latest time seen.

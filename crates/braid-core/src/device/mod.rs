@@ -127,6 +127,9 @@ pub struct PeerInfo {
     /// (with their jitter), the lateness measured, the repair wait.
     pub reorder_skew: Duration,
     pub reorder_lateness: Duration,
+    /// Whether `reorder_lateness` was measured, or is still what is left
+    /// of the starting estimate.
+    pub reorder_lateness_measured: bool,
     pub repair_wait: Option<Duration>,
     pub reorder_held: usize,
     /// Data messages re-sent because the peer asked, and asked for but no
@@ -642,6 +645,7 @@ impl Device {
             reorder_hold: p.reorder.effective_hold(),
             reorder_skew: p.reorder.hold_parts().0,
             reorder_lateness: p.reorder.hold_parts().1,
+            reorder_lateness_measured: p.reorder.lateness_measured(),
             repair_wait: p.reorder.hold_parts().2,
             reorder_held: p.reorder.held_packets(),
             resent: p.sent_copies.as_ref().map_or(0, |c| c.resent),

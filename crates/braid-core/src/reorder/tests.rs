@@ -633,6 +633,25 @@ fn hold_adapts_to_lateness_and_skew() {
     assert_eq!(w.effective_hold(), MIN_HOLD);
 }
 
+#[test]
+fn the_lateness_says_whether_it_was_measured_or_is_the_starting_estimate() {
+    // No late packet yet: the 9.5 ms is the starting estimate.
+    let w = swap_pairs(1, us(1_000), |_| Duration::ZERO);
+    assert!(!w.lateness_measured());
+    // Packets 1 ms late, at once: below the starting estimate, which
+    // stays (decaying) and is still not a measurement.
+    let w = swap_pairs(10, us(1_000), |_| us(1_000));
+    assert!(!w.lateness_measured(), "{:?}", w.hold_parts().1);
+    // 30 ms late: above it, so the lateness is that sample.
+    let w = swap_pairs(3, us(1_000), |_| us(30_000));
+    assert!(w.lateness_measured());
+    assert!(w.hold_parts().1 >= Duration::from_millis(29));
+    // A minute of 1 ms lateness: the starting estimate has decayed below
+    // the samples, which now set it.
+    let w = swap_pairs(60_000, us(1_000), |_| us(1_000));
+    assert!(w.lateness_measured(), "{:?}", w.hold_parts().1);
+}
+
 // ----- 2. Property test against a naive model -------------------------------
 
 /// The same rules written the obvious slow way: a map of held packets,

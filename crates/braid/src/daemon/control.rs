@@ -320,6 +320,10 @@ pub fn snapshot(
                 "reorder_lateness_us".to_string(),
                 micros(info.reorder_lateness),
             ),
+            (
+                "reorder_lateness_measured".to_string(),
+                u64::from(info.reorder_lateness_measured),
+            ),
             ("gaps_by_hold".to_string(), info.reorder_gaps.by_hold),
             ("gaps_by_bounds".to_string(), info.reorder_gaps.by_bounds),
             ("gaps_by_paths".to_string(), info.reorder_gaps.by_paths),

@@ -330,6 +330,12 @@ pub const PEER: &[Export] = &[
         "Reorder window: lateness measured.",
     ),
     gauge(
+        "reorder_lateness_measured",
+        "braid_peer_reorder_lateness_measured",
+        1.0,
+        "Reorder window: 1 when the lateness is a measurement, 0 while it is the starting estimate.",
+    ),
+    gauge(
         "repair_wait_us",
         "braid_peer_repair_wait_seconds",
         US,
