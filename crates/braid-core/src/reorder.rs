@@ -51,6 +51,19 @@
 //! counters saturate at `u64::MAX` instead of wrapping: a peer can make
 //! Lost grow by almost 2^64 in every session.
 //!
+//! # Time
+//!
+//! Every call takes the time its packet arrived (the caller's kernel
+//! stamp): that is what lateness, slack and a gap's age are measured in.
+//! Gaps are given up by time (rules 1 and 3) only in
+//! [`handle_timeout`](ReorderWindow::handle_timeout), never while a packet
+//! is offered, and it takes a second time: the one up to which the caller
+//! has taken in every arrival. A caller with one socket per line reads one
+//! socket after another, so a packet from the second may have arrived
+//! later than packets still waiting in the first; judged at its arrival,
+//! their gaps would be given up with their fillers already here. Rule 2
+//! (room) does not depend on time and applies at once.
+//!
 //! # Hold
 //!
 //! `effective = min(max(skew + 2 × lateness + HOLD_MARGIN, MIN_HOLD), ceiling)`
@@ -802,15 +815,10 @@ impl ReorderWindow {
     pub fn repairs_declined(&mut self, now: Instant, from: u64, to: u64) {
         self.reclaim_lent();
         let now = self.tick(now);
-        let mut any = false;
         for r in self.repairs.iter_mut() {
             if from <= r.0 && r.1 <= to {
                 r.2 = r.2.min(now);
-                any = true;
             }
-        }
-        if any {
-            self.expire(now);
         }
     }
 
@@ -864,7 +872,6 @@ impl ReorderWindow {
             }
         }
         self.note_path(now, counter, path);
-        self.expire(now);
     }
 
     /// Takes a packet that does not pass through: copies it into the
@@ -919,7 +926,6 @@ impl ReorderWindow {
             self.move_past(counter);
             return InsertOutcome::Ready;
         }
-        self.expire(now);
         let next = *self.next.get_or_insert(counter);
         let outcome = if counter < next || self.exhausted {
             self.counters.under_window = self.counters.under_window.saturating_add(1);
@@ -950,7 +956,6 @@ impl ReorderWindow {
         if let Some(path) = path {
             self.note_path(now, counter, path);
         }
-        self.expire(now);
         outcome
     }
 
@@ -1037,7 +1042,6 @@ impl ReorderWindow {
             return;
         }
         self.note_path(now, counter, path);
-        self.expire(now);
     }
 
     /// Counts a packet the caller dropped as too late without offering it
@@ -1063,10 +1067,12 @@ impl ReorderWindow {
         }
     }
 
-    /// Gives up the gaps that are due at `now`.
+    /// Gives up the gaps that are due at `now`: the time up to which the
+    /// caller has taken in every arrival (see *Time*), which may be behind
+    /// the arrival of a packet it already offered.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.reclaim_lent();
-        let now = self.tick(now);
+        self.tick(now);
         self.expire(now);
     }
 
@@ -1454,13 +1460,16 @@ impl ReorderWindow {
         }
     }
 
-    /// Gives up head gaps while they are due (rules 1 and 3), or asks for
-    /// their repair (see *Repair*).
-    fn expire(&mut self, now: Instant) {
+    /// Gives up head gaps while they are due by `until` (rules 1 and 3),
+    /// or asks for their repair (see *Repair*). The hold and the slacks are
+    /// read at the window's clock, as [`poll_timeout`](Self::poll_timeout)
+    /// reads them, so a gap it says is due goes.
+    fn expire(&mut self, until: Instant) {
+        let now = self.now.map_or(until, |clock| clock.max(until));
         while let Some(head) = self.entries.get(self.ready_len).copied() {
             let rule;
             if let Some(due) = self.repair_due(&head) {
-                if due > now {
+                if due > until {
                     // Gaps behind it that rule 3 finds lost by now are
                     // asked for while this one waits, not after.
                     if let Some(wait) = self.repair_wait {
@@ -1470,8 +1479,8 @@ impl ReorderWindow {
                 }
                 rule = GiveUpRule::Paths;
             } else {
-                let rule1 = self.deadline(&head, now).is_some_and(|d| d <= now);
-                let rule3 = self.early_loss_at(now).is_some_and(|at| at <= now);
+                let rule1 = self.deadline(&head, now).is_some_and(|d| d <= until);
+                let rule3 = self.early_loss_at(now).is_some_and(|at| at <= until);
                 if !rule1 && !rule3 {
                     break;
                 }

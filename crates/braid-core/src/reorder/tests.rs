@@ -64,21 +64,30 @@ impl Rx {
         path: usize,
         len: usize,
     ) -> Option<InsertOutcome> {
+        // One line, read in order: everything that arrived before this
+        // packet has been taken in, so the timers may run to its arrival
+        // before and after it (a caller with several sockets runs them to
+        // the oldest point any socket is read up to).
+        self.tick(t_us);
         let now = self.at(t_us);
         if self.w.passes_through(counter) {
             self.w.delivered_in_place(now, counter, path);
             self.delivered.push(counter);
+            self.tick(t_us);
             return None;
         }
         let outcome = self.w.insert(now, counter, path, &packet(counter, len));
         self.drain();
+        self.tick(t_us);
         Some(outcome)
     }
 
     fn dup(&mut self, t_us: u64, counter: u64, path: usize) {
+        self.tick(t_us);
         let now = self.at(t_us);
         self.w.note_duplicate(now, counter, path);
         self.drain();
+        self.tick(t_us);
     }
 
     fn tick(&mut self, t_us: u64) {
@@ -439,6 +448,53 @@ fn case_table() {
     }
 }
 
+/// A caller with one socket per line reads one after the other: a packet
+/// from the second line may be offered with an arrival later than packets
+/// still waiting in the first line's socket. Offering it gives nothing up;
+/// only the timers do, run to the time every socket was read up to.
+#[test]
+fn only_the_timers_give_gaps_up_so_a_later_socket_read_first_loses_nothing() {
+    let mut w = ReorderWindow::new(table_cfg());
+    w.set_live_paths(0b11);
+    let t0 = origin();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    w.delivered_in_place(t0, 0, 0);
+    // Gap 1: 2 came on line 0 at 1 ms; 1 is late on line 0.
+    assert_eq!(
+        w.insert(ms(1), 2, 0, &packet(2, 64)),
+        InsertOutcome::Buffered
+    );
+    // Line 1's socket is read first: a packet that arrived at 40 ms, far
+    // past the 10 ms hold, and it passed the gap too (rule 3).
+    assert_eq!(
+        w.insert(ms(40), 3, 1, &packet(3, 64)),
+        InsertOutcome::Buffered
+    );
+    assert_eq!(w.counters().lost, 0, "offering a packet gave a gap up");
+    // Line 0 was read up to 5 ms so far: nothing is due by then.
+    w.handle_timeout(ms(5));
+    assert_eq!(w.counters().lost, 0, "a gap went before its hold");
+    // Then line 0's socket: 1 arrived at 6 ms, before the hold ended.
+    assert_eq!(w.insert(ms(6), 1, 0, &packet(1, 64)), InsertOutcome::Ready);
+    let mut got = Vec::new();
+    w.drain_ready(|p| got.push(counter_of(p)));
+    assert_eq!(got, [1, 2, 3]);
+    assert_eq!([w.counters().lost, w.counters().under_window], [0, 0]);
+    // A gap whose filler never comes goes once both lines were read past
+    // its hold: 5 is missing, 6 came on line 0 at 41 ms.
+    assert_eq!(
+        w.insert(ms(41), 6, 0, &packet(6, 64)),
+        InsertOutcome::Buffered
+    );
+    assert_eq!(w.insert(ms(41), 4, 1, &packet(4, 64)), InsertOutcome::Ready);
+    let due = w.poll_timeout().expect("gap 5 waits");
+    assert!(due <= ms(51), "{:?}", due - t0);
+    w.handle_timeout(due - Duration::from_micros(1));
+    assert_eq!(w.counters().lost, 0);
+    w.handle_timeout(due);
+    assert_eq!(w.counters().lost, 1);
+}
+
 #[test]
 fn oversized_packets_are_refused_untouched() {
     let mut rx = Rx::new(table_cfg(), 0);
@@ -772,7 +828,7 @@ impl Model {
         self.highest[p] = Some(self.highest[p].map_or(c, |h| h.max(c)));
     }
 
-    fn in_place(&mut self, now: Instant, c: u64, p: usize) {
+    fn in_place(&mut self, c: u64, p: usize) {
         self.counters.accepted += 1;
         self.delivered.push(c);
         self.seen(c);
@@ -782,7 +838,6 @@ impl Model {
         }
         self.next = Some(c + 1);
         self.path(c, p);
-        self.expire(now);
     }
 
     fn insert(&mut self, now: Instant, c: u64, p: usize, len: usize) -> InsertOutcome {
@@ -803,7 +858,6 @@ impl Model {
             self.next = Some(self.next.map_or(c + 1, |n| n.max(c + 1)));
             return InsertOutcome::Ready;
         }
-        self.expire(now);
         let next = *self.next.get_or_insert(c);
         let outcome = if c < next {
             self.counters.under_window += 1;
@@ -835,11 +889,10 @@ impl Model {
             }
         };
         self.path(c, p);
-        self.expire(now);
         outcome
     }
 
-    fn duplicate(&mut self, now: Instant, c: u64, p: usize) {
+    fn duplicate(&mut self, c: u64, p: usize) {
         if self.held.contains_key(&c) {
             self.counters.duplicated += 1;
         } else {
@@ -849,7 +902,6 @@ impl Model {
             return;
         }
         self.path(c, p);
-        self.expire(now);
     }
 
     fn drain(&mut self) {
@@ -897,10 +949,17 @@ fn compare_with_model(
     let mut delivered = Vec::new();
     let mut path_last = [0u64; MAX_PATHS];
     let mut top = 1_000u64;
+    // One line read in order: the timers run to each arrival before and
+    // after it is offered (see *Time* in the window's documentation).
+    let timeout = |w: &mut ReorderWindow, m: &mut Model, now: Instant| {
+        w.handle_timeout(now);
+        m.expire(now);
+    };
     for (i, op) in ops.iter().enumerate() {
         match *op {
             PropOp::Packet(dt, choice, p, len, in_place) => {
                 now += us(dt);
+                timeout(&mut w, &mut m, now);
                 let c = if fifo {
                     let c = path_last[p].max(1_000) + 1 + choice % 4;
                     path_last[p] = c;
@@ -922,12 +981,13 @@ fn compare_with_model(
                 if model_passes && in_place {
                     w.delivered_in_place(now, c, p);
                     delivered.push(c);
-                    m.in_place(now, c, p);
+                    m.in_place(c, p);
                 } else {
                     let got = w.insert(now, c, p, &packet(c, len));
                     let want = m.insert(now, c, p, len);
                     prop_assert_eq!(got, want, "op {}: insert({})", i, c);
                 }
+                timeout(&mut w, &mut m, now);
             }
             PropOp::Duplicate(dt, choice, p) => {
                 now += us(dt);
@@ -938,13 +998,14 @@ fn compare_with_model(
                 } else {
                     (top + choice % 24).saturating_sub(16)
                 };
+                timeout(&mut w, &mut m, now);
                 w.note_duplicate(now, c, p);
-                m.duplicate(now, c, p);
+                m.duplicate(c, p);
+                timeout(&mut w, &mut m, now);
             }
             PropOp::Timeout(dt) => {
                 now += us(dt);
-                w.handle_timeout(now);
-                m.expire(now);
+                timeout(&mut w, &mut m, now);
             }
             PropOp::Drain => {
                 w.drain_ready(|p| delivered.push(counter_of(p)));
@@ -1460,6 +1521,7 @@ fn a_slack_past_what_an_instant_holds_turns_early_loss_off() {
     w.delivered_in_place(t0, 0, 0);
     // Path 0 passed gap 1 with no slack: it is lost at once.
     assert_eq!(w.insert(t0, 2, 0, &packet(2, 64)), InsertOutcome::Buffered);
+    w.handle_timeout(t0);
     assert_eq!(w.drain_ready(|_| {}), 1);
     // Counter 1 comes `far` after 2 on the same path: that is its slack.
     let t1 = t0 + far;
@@ -1470,6 +1532,7 @@ fn a_slack_past_what_an_instant_holds_turns_early_loss_off() {
     assert_eq!(w.path_slack(0), far);
     // The path passes gap 3 at t1, but t1 + 2 × far is no Instant.
     assert_eq!(w.insert(t1, 4, 0, &packet(4, 64)), InsertOutcome::Buffered);
+    w.handle_timeout(t1);
     let hold = Duration::from_millis(10);
     assert_eq!(w.poll_timeout(), Some(t1 + hold));
     w.handle_timeout(t1 + hold - us(1));

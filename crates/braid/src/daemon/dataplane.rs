@@ -878,25 +878,24 @@ fn receive(
         shared.device().prepare_decapsulate(arrived, batch, jobs);
         answer_initiations(jobs, shared.cores);
         helpers.open(jobs, batch);
-        let (pending, queued, ticket) = {
+        let (pending, deadline, ticket) = {
             let mut device = shared.device();
             // The reorder window's clock is the batch's arrival: a thread
             // that ran late (preempted, or a real-time peer's 100 ms
             // slice) must neither count its own delay as the line's
             // lateness nor give up a gap whose packets wait in the socket.
             device.finish_decapsulate(arrived, batch, jobs);
-            // Initiations over the batch's budget wait for the main
-            // thread's next wake-up (this may be the outbound thread).
-            let queued = device.queued_initiations() > 0;
             (
                 device.has_pending_transmit(),
-                queued.then(|| device.poll_timeout()),
+                device.poll_timeout(),
                 shared.receive_order.as_ref().map(TurnOrder::take),
             )
         };
-        if let Some(deadline) = queued {
-            shared.wake_main_before(deadline);
-        }
+        // Only the main thread's timers give reorder gaps up, and only it
+        // answers initiations over the batch's budget: a gap this batch
+        // opened, or such an initiation, may be due before the main
+        // thread's wake-up (this may be the outbound thread or a queue's).
+        shared.wake_main_before(deadline);
         if let (true, Source::Line(line)) = (strangers, from) {
             // After the core authenticated what they sent.
             tcp_lines::mark_peer_connections(&shared.lines(), &shared.device(), line);
