@@ -201,9 +201,37 @@ pub struct TestEnv {
     names: Mutex<Vec<String>>,
 }
 
+std::thread_local! {
+    /// The panic of this thread, where and what (see `remember_panics`).
+    static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+static PANIC_HOOK: Once = Once::new();
+
+/// Keeps each thread's panic (place and message) for [`TestEnv`]'s drop,
+/// which repeats it after the logs it prints: CI shows the end of a long
+/// output, and the assertion that failed is otherwise above the logs.
+fn remember_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{at}: {message}")));
+        default(info);
+    }));
+}
+
 impl TestEnv {
     pub fn new(test: &str) -> TestEnv {
         SWEEP.call_once(sweep_stale);
+        PANIC_HOOK.call_once(remember_panics);
         let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed) + 1;
         let prefix = format!("b{}_{n}", std::process::id());
         let dir = std::env::temp_dir().join(format!("braid-e2e-{prefix}"));
@@ -323,6 +351,10 @@ impl Drop for TestEnv {
                         tail(&text, 4000)
                     );
                 }
+            }
+            if let Some(panic) = LAST_PANIC.with(|p| p.borrow_mut().take()) {
+                let head: String = panic.chars().take(800).collect();
+                eprintln!("[{}] failed at {head}", self.test);
             }
         } else {
             let _ = fs::remove_dir_all(&self.dir);
