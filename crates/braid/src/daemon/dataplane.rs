@@ -163,6 +163,22 @@ pub struct Shared {
     extra_sockets_received: AtomicU64,
     /// Ends the sleep of the threads of queues 1.. (stop).
     queue_waker: Waker,
+    /// What the threads of queues 1.. took in from their members of the
+    /// main line's group (index `k - 1`), for the main thread's timers.
+    member_intake: Vec<MemberIntake>,
+}
+
+/// How far a queue thread's receive from its socket has got: the main
+/// thread's timers give reorder gaps up, and must not while datagrams that
+/// may fill them wait in that socket or in that thread's hands.
+#[derive(Default)]
+struct MemberIntake {
+    /// Set from before the thread reads its socket until the device has
+    /// what it read.
+    receiving: AtomicBool,
+    /// Everything that arrived on the socket before this (nanoseconds
+    /// since `Shared::epoch`) is in the device.
+    taken_in_until: AtomicU64,
 }
 
 /// The batches and crypto jobs of one direction (sending from the TUN, or
@@ -236,6 +252,9 @@ impl Shared {
         let stride = stride_for(mtu as usize);
         let send_order = (tun.queue_count() > 1).then(TurnOrder::default);
         let receive_order = (lines.main_group_len() > 1).then(TurnOrder::default);
+        let member_intake = (1..lines.main_group_len())
+            .map(|_| MemberIntake::default())
+            .collect();
         Ok(Shared {
             device: Mutex::new(device),
             tun,
@@ -275,7 +294,50 @@ impl Shared {
             receive_order,
             extra_sockets_received: AtomicU64::new(0),
             queue_waker: Waker::new()?,
+            member_intake,
         })
+    }
+
+    /// `until` (how far the main thread's own receives got), moved back to
+    /// what the threads of queues 1.. have not handed to the device yet: a
+    /// member socket that holds datagrams (in the kernel, or left by a
+    /// coalesced receive), or whose thread is between its read and the
+    /// device, counts up to where that thread's receives got. One flow's
+    /// lines can land on different members, so a gap on one may be filled
+    /// from another's socket.
+    pub fn members_taken_in(&self, until: Instant) -> std::io::Result<Instant> {
+        if self.member_intake.is_empty() {
+            return Ok(until);
+        }
+        let lines = self.lines();
+        let mut until = until;
+        let mut fds = [(0, Interest::READABLE); poll::MAX_FDS];
+        let mut members = [0usize; poll::MAX_FDS];
+        let mut k = 1;
+        while k <= self.member_intake.len() {
+            // Readiness is read before the thread's flag: a read that
+            // emptied the socket after the poll has the flag set.
+            let mut n = 0;
+            while n < poll::MAX_FDS && k <= self.member_intake.len() {
+                if let Some(socket) = lines.member(k) {
+                    fds[n] = (socket.as_raw_fd(), Interest::READABLE);
+                    members[n] = k;
+                    n += 1;
+                }
+                k += 1;
+            }
+            let ready = poll::wait(&fds[..n], Some(Duration::ZERO))?;
+            for (i, &member) in members[..n].iter().enumerate() {
+                let intake = &self.member_intake[member - 1];
+                let pending = lines.member(member).is_some_and(|s| s.has_pending());
+                if ready.is_readable(i) || pending || intake.receiving.load(Ordering::SeqCst) {
+                    let nanos = intake.taken_in_until.load(Ordering::SeqCst);
+                    let taken = self.epoch + Duration::from_nanos(nanos);
+                    until = until.min(taken);
+                }
+            }
+        }
+        Ok(until)
     }
 
     /// Records a new interface MTU for the device, the MSS clamp, the
@@ -735,12 +797,24 @@ pub fn run_queue(shared: Arc<Shared>, queue: usize) -> std::io::Result<()> {
                 (ready.is_readable(0), ready.is_readable(2))
             };
             if socket_ready {
+                let intake = shared.member_intake.get(queue - 1);
+                if let Some(intake) = intake {
+                    intake.receiving.store(true, Ordering::SeqCst);
+                }
                 let n = receive(
                     &shared,
                     &mut receiver,
                     Source::Member(queue),
                     RECEIVE_BATCHES_PER_WAKE,
-                )?;
+                );
+                if let Some(intake) = intake {
+                    if let Some(until) = receiver.complete_until {
+                        let nanos = nanos_since(shared.epoch, until);
+                        intake.taken_in_until.fetch_max(nanos, Ordering::SeqCst);
+                    }
+                    intake.receiving.store(false, Ordering::SeqCst);
+                }
+                let n = n?;
                 shared
                     .extra_sockets_received
                     .fetch_add(n as u64, Ordering::Relaxed);

@@ -647,9 +647,14 @@ impl Daemon {
                 let (at, wall) = clocks::wall_now();
                 device.set_wall_clock(at, wall);
             }
+            let mut until = complete_until.min(now);
+            let due = self.shared.device().poll_timeout();
+            if due.is_some_and(|t| t <= until) {
+                until = self.shared.members_taken_in(until)?;
+            }
             {
                 let mut device = self.shared.device();
-                device.handle_timeout(complete_until.min(now));
+                device.handle_timeout(until);
                 // Initiations over a received batch's budget: another
                 // budget of them at each wake-up (the poll does not wait
                 // while some are queued).

