@@ -54,7 +54,11 @@
 //! # Time
 //!
 //! Every call takes the time its packet arrived (the caller's kernel
-//! stamp): that is what lateness, slack and a gap's age are measured in.
+//! stamp): that is what lateness, slack and a gap's age are measured in,
+//! each packet at its own arrival, which may be earlier than one offered
+//! before it (read from another socket). The window's clock, which only
+//! goes forward, is the newest arrival offered: the decaying estimates are
+//! read at it.
 //! Gaps are given up by time (rules 1 and 3) only in
 //! [`handle_timeout`](ReorderWindow::handle_timeout), never while a packet
 //! is offered, and it takes a second time: the one up to which the caller
@@ -850,10 +854,10 @@ impl ReorderWindow {
 
     /// The caller delivered `counter` from its own buffer, as
     /// [`passes_through`](Self::passes_through) allowed.
-    pub fn delivered_in_place(&mut self, now: Instant, counter: u64, path: usize) {
+    pub fn delivered_in_place(&mut self, arrived: Instant, counter: u64, path: usize) {
         debug_assert!(self.passes_through(counter), "{counter} does not pass");
         self.reclaim_lent();
-        let now = self.tick(now);
+        let now = self.tick(arrived);
         self.counters.accepted = self.counters.accepted.saturating_add(1);
         self.max_seen = Some(self.max_seen.map_or(counter, |m| m.max(counter)));
         if self.is_off() {
@@ -871,7 +875,7 @@ impl ReorderWindow {
                 self.after_advance(now);
             }
         }
-        self.note_path(now, counter, path);
+        self.note_path(arrived, counter, path);
     }
 
     /// Takes a packet that does not pass through: copies it into the
@@ -897,13 +901,13 @@ impl ReorderWindow {
 
     fn insert_from(
         &mut self,
-        now: Instant,
+        arrived: Instant,
         counter: u64,
         path: Option<usize>,
         packet: &[u8],
     ) -> InsertOutcome {
         self.reclaim_lent();
-        let now = self.tick(now);
+        let now = self.tick(arrived);
         if packet.len() > self.cfg.max_packet {
             return InsertOutcome::TooLarge;
         }
@@ -940,7 +944,7 @@ impl ReorderWindow {
                 .find(|g| g.from <= counter && counter < g.to)
                 .filter(|_| path.is_some() && !self.was_asked(counter))
             {
-                let late = now.saturating_duration_since(gap.since);
+                let late = arrived.saturating_duration_since(gap.since);
                 self.lateness.sample(now, late);
             }
             InsertOutcome::UnderWindow
@@ -948,13 +952,13 @@ impl ReorderWindow {
             self.counters.duplicated = self.counters.duplicated.saturating_add(1);
             InsertOutcome::Duplicated
         } else {
-            match self.store(now, counter, packet, path.is_some()) {
+            match self.store(now, arrived, counter, packet, path.is_some()) {
                 Some(outcome) => outcome,
                 None => return InsertOutcome::ReadyFull,
             }
         };
         if let Some(path) = path {
-            self.note_path(now, counter, path);
+            self.note_path(arrived, counter, path);
         }
         outcome
     }
@@ -964,6 +968,7 @@ impl ReorderWindow {
     fn store(
         &mut self,
         now: Instant,
+        arrival: Instant,
         counter: u64,
         packet: &[u8],
         arrived: bool,
@@ -999,11 +1004,11 @@ impl ReorderWindow {
                 // is late on purpose and teaches the hold nothing.
                 if arrived && !self.was_asked(counter) {
                     self.lateness
-                        .sample(now, now.saturating_duration_since(e.since));
+                        .sample(now, arrival.saturating_duration_since(e.since));
                 }
-                e.since
+                e.since.min(arrival)
             }
-            None => now,
+            None => arrival,
         };
         self.entries.insert(
             above,
@@ -1014,6 +1019,15 @@ impl ReorderWindow {
                 len: len as u32,
             },
         );
+        // A packet read after others that arrived before them (another
+        // line's socket) makes the gaps below it known since its own
+        // arrival: `since` never decreases along the held run.
+        for e in self.entries.range_mut(self.ready_len..above).rev() {
+            if e.since <= since {
+                break;
+            }
+            e.since = since;
+        }
         self.held_bytes += len;
         self.max_seen = Some(self.max_seen.map_or(counter, |m| m.max(counter)));
         if Some(counter) == self.next {
@@ -1030,9 +1044,9 @@ impl ReorderWindow {
     /// arrived on `path`): counted Duplicated when that counter is held,
     /// Under Window otherwise. It also tells that the path has got this
     /// far, when the counter is one the window has accepted.
-    pub fn note_duplicate(&mut self, now: Instant, counter: u64, path: usize) {
+    pub fn note_duplicate(&mut self, arrived: Instant, counter: u64, path: usize) {
         self.reclaim_lent();
-        let now = self.tick(now);
+        self.tick(arrived);
         if self.held_position(counter).is_ok() {
             self.counters.duplicated = self.counters.duplicated.saturating_add(1);
         } else {
@@ -1041,7 +1055,7 @@ impl ReorderWindow {
         if self.is_off() || self.max_seen.is_none_or(|m| counter > m) {
             return;
         }
-        self.note_path(now, counter, path);
+        self.note_path(arrived, counter, path);
     }
 
     /// Counts a packet the caller dropped as too late without offering it

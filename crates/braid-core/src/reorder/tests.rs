@@ -495,6 +495,54 @@ fn only_the_timers_give_gaps_up_so_a_later_socket_read_first_loses_nothing() {
     assert_eq!(w.counters().lost, 1);
 }
 
+/// The same two sockets, and a gap that was open before the caller fell
+/// behind: its filler waited in the first socket while the caller read a
+/// packet that arrived 40 ms later from the second. The filler is
+/// measured at its own arrival (1 ms late), not at the window's clock
+/// (which the later packet moved on): the caller's delay is no lateness.
+#[test]
+fn a_packet_is_measured_at_its_own_arrival_not_the_windows_clock() {
+    let mut w = ReorderWindow::new(ReorderConfig::default());
+    w.set_live_paths(0b11);
+    let t0 = origin();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    w.delivered_in_place(t0, 0, 0);
+    assert_eq!(
+        w.insert(ms(2), 2, 0, &packet(2, 64)),
+        InsertOutcome::Buffered
+    );
+    // The second socket first: a packet that arrived at 40 ms.
+    assert_eq!(
+        w.insert(ms(40), 3, 1, &packet(3, 64)),
+        InsertOutcome::Buffered
+    );
+    // Then the first: 1 had arrived at 3 ms, a millisecond after 2.
+    assert_eq!(w.insert(ms(3), 1, 0, &packet(1, 64)), InsertOutcome::Ready);
+    assert!(
+        !w.lateness_measured(),
+        "1 ms counted as more than the estimate"
+    );
+    assert!(w.hold_parts().1 <= INITIAL_LATENESS, "{:?}", w.hold_parts());
+    // A gap opened by a packet read late is known from when that packet
+    // arrived: 5 (at 41 ms, second socket) is read before 4 and 6 (at
+    // 4 and 5 ms, first socket), and the gap below 6 dates from 5 ms.
+    assert_eq!(
+        w.insert(ms(41), 5, 1, &packet(5, 64)),
+        InsertOutcome::Buffered
+    );
+    assert_eq!(
+        w.insert(ms(5), 6, 0, &packet(6, 64)),
+        InsertOutcome::Buffered
+    );
+    let hold = w.effective_hold();
+    let due = w.poll_timeout().expect("gap 4 waits");
+    assert!(
+        due <= ms(5) + hold,
+        "{:?} after 5 ms + hold {hold:?}",
+        due - ms(5)
+    );
+}
+
 #[test]
 fn oversized_packets_are_refused_untouched() {
     let mut rx = Rx::new(table_cfg(), 0);
