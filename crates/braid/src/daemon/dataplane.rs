@@ -105,6 +105,10 @@ use std::time::{Duration, Instant, SystemTime};
 /// How long the outbound thread sleeps at most before it looks at the stop
 /// flag again.
 const OUTBOUND_POLL: Duration = Duration::from_millis(200);
+/// The furthest a queue thread's socket holds the main thread's timers
+/// back (see `Shared::members_taken_in`): longer than a preemption or a
+/// real-time slice, short enough for keepalives and handshakes.
+const MEMBER_LAG_LIMIT: Duration = Duration::from_millis(100);
 
 pub struct Shared {
     device: Mutex<Device>,
@@ -310,6 +314,9 @@ impl Shared {
             return Ok(until);
         }
         let lines = self.lines();
+        // Every timer of the device waits with the gaps: a queue thread
+        // busy sending holds them back no further than this.
+        let floor = until.checked_sub(MEMBER_LAG_LIMIT).unwrap_or(until);
         let mut until = until;
         let mut fds = [(0, Interest::READABLE); poll::MAX_FDS];
         let mut members = [0usize; poll::MAX_FDS];
@@ -333,7 +340,7 @@ impl Shared {
                 if ready.is_readable(i) || pending || intake.receiving.load(Ordering::SeqCst) {
                     let nanos = intake.taken_in_until.load(Ordering::SeqCst);
                     let taken = self.epoch + Duration::from_nanos(nanos);
-                    until = until.min(taken);
+                    until = until.min(taken.max(floor));
                 }
             }
         }
