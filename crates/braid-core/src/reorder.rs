@@ -59,6 +59,7 @@
 //! before it (read from another socket). The window's clock, which only
 //! goes forward, is the newest arrival offered: the decaying estimates are
 //! read at it.
+//!
 //! Gaps are given up by time (rules 1 and 3) only in
 //! [`handle_timeout`](ReorderWindow::handle_timeout), never while a packet
 //! is offered, and it takes a second time: the one up to which the caller
@@ -815,7 +816,8 @@ impl ReorderWindow {
     }
 
     /// The sender said it will not re-send counters `from..to`: the gaps
-    /// asked for within them stop waiting (given up now, rule 3's count).
+    /// asked for within them stop waiting (given up at the next
+    /// `handle_timeout`, rule 3's count).
     pub fn repairs_declined(&mut self, now: Instant, from: u64, to: u64) {
         self.reclaim_lent();
         let now = self.tick(now);
