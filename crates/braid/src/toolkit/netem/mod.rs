@@ -15,6 +15,8 @@
 //!   upstream socket per client), batched with recvmmsg/sendmmsg through
 //!   braid-io;
 //! - [`control`]: epoll, signals and the `--control` socket;
+//! - [`spin`]: how long the loop polls before a deadline, within a share
+//!   of the time;
 //! - [`stats`]: the counters as JSON (the engine prints them as text).
 //!
 //! `braid bench netem` is [`crate::toolkit::bench::netem`].
@@ -22,6 +24,7 @@
 pub mod args;
 pub mod control;
 pub mod relay;
+pub mod spin;
 pub mod stats;
 
 /// `braid netem ARGS…`: checks every argument before opening a socket, then

@@ -20,12 +20,14 @@
 //! one socket. Nothing is allocated per datagram.
 //!
 //! Timing: the loop sleeps in epoll_pwait2 (nanosecond timeout, timer slack
-//! 1 ns) until [`SPIN`] before the next deadline, then polls without
+//! 1 ns) until [`SPIN`](super::spin::SPIN) before the next deadline, then polls without
 //! sleeping, so a wake-up that comes a little late does not make the
-//! datagram late.
+//! datagram late; at most for a share of the time ([`super::spin`]), so
+//! a line with a deadline every few microseconds does not keep a core.
 
 use super::args::{self, Config};
 use super::control::{Command, ControlServer, Epoll, Signals};
+use super::spin::SpinBudget;
 use super::stats::{self, Stats};
 use braid_core::batch::PacketBatch;
 use braid_io::UdpSocket;
@@ -33,15 +35,13 @@ use braid_netem::relay::{self as engine, Dir, Target, Verdict};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 /// Datagrams per recvmmsg/sendmmsg.
 pub const BATCH: usize = 64;
 /// Receive slots hold the largest UDP datagram, so nothing is truncated
 /// before the MTU check sees its real length.
 const RECV_STRIDE: usize = 65536;
-/// Busy-poll this long before a deadline instead of trusting the wake-up.
-pub const SPIN: Duration = Duration::from_micros(50);
 /// `--realtime`'s SCHED_FIFO priority: above a VPN's own real-time
 /// threads at their usual 20 (`RealtimePriority = 20`, `--vpn-realtime
 /// 20`). An emulated line must not wait for the endpoints it joins: a
@@ -169,6 +169,7 @@ pub struct Relay {
     rx_times: [Option<SystemTime>; BATCH],
     next_stats: Option<Instant>,
     end: Option<Instant>,
+    spin: SpinBudget,
     stop: bool,
 }
 
@@ -232,6 +233,7 @@ impl Relay {
             // seconds.
             next_stats: cfg.stats_interval.map(|i| start + i),
             end: cfg.duration.map(|d| start + d),
+            spin: SpinBudget::new(start),
             stop: false,
             cfg,
         })
@@ -292,9 +294,11 @@ impl Relay {
                 break;
             }
             let left = self.next_deadline().saturating_duration_since(now);
-            let n = self
-                .epoll
-                .wait(&mut events, Some(left.saturating_sub(SPIN)))?;
+            let sleep = left.saturating_sub(self.spin.allowance(now));
+            let n = self.epoll.wait(&mut events, Some(sleep))?;
+            if sleep.is_zero() && !left.is_zero() {
+                self.spin.spun(now.elapsed());
+            }
             for ev in &events[..n] {
                 self.dispatch(ev.u64)?;
             }
