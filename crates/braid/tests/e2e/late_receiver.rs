@@ -84,38 +84,36 @@ fn a_gap_waits_for_the_socket_of_another_thread() {
     }
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    for start in 1..=16 {
-        let lab = TwoLines::start_configured(
-            &env,
-            [&nsa, &nsb],
-            [Some(JITTERY), None],
-            &["Mode = failover"],
-            &["Queues = 2", UNHURRIED],
-        );
-        // Failover: pings go on the jittery line alone.
-        let before = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams");
-        let pinged = ping_counted(&lab.nsa.name, &["-i", "0.005"], &lab.tb, 200);
-        let second = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams") - before;
-        eprintln!(
-            "[{test}] start {start}: {second} datagrams on b's second socket for {} pings",
-            pinged.received
-        );
-        if second < 150 {
-            lab.stop();
-            continue;
-        }
-        let (lateness, text) = stop_b_while_it_receives(test, &lab);
-        // Each packet is measured at its own arrival: what the second
-        // thread takes in after a stop is not measured at the arrival of
-        // the probes the main thread took in first.
-        assert!(
-            lateness < 25_000,
-            "{test}: the daemon's own stop was counted as lateness:\n{text}"
-        );
-        lab.stop();
-        return;
-    }
-    panic!("{test}: in 16 starts the jittery line never landed on b's second socket");
+    let lab = TwoLines::start_until(
+        &env,
+        [&nsa, &nsb],
+        [Some(JITTERY), None],
+        &["Mode = failover"],
+        &["Queues = 2", UNHURRIED],
+        |lab, start| {
+            // Failover: pings go on the jittery line alone.
+            let before = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams");
+            let pinged = ping_counted(&lab.nsa.name, &["-i", "0.005"], &lab.tb, 200);
+            let second = interface_counter(lab.nsb, &lab.ifb, "udp_socket_datagrams") - before;
+            eprintln!(
+                "[{test}] start {start}: {second} datagrams on b's second socket for {} pings",
+                pinged.received
+            );
+            second >= 150
+        },
+    )
+    .unwrap_or_else(|| {
+        panic!("{test}: in 16 starts the jittery line never landed on b's second socket")
+    });
+    let (lateness, text) = stop_b_while_it_receives(test, &lab);
+    // Each packet is measured at its own arrival: what the second thread
+    // takes in after a stop is not measured at the arrival of the probes
+    // the main thread took in first.
+    assert!(
+        lateness < 25_000,
+        "{test}: the daemon's own stop was counted as lateness:\n{text}"
+    );
+    lab.stop();
 }
 
 /// 3 ms ± 1 ms: reordering all the time, so the window always holds gaps.

@@ -249,48 +249,46 @@ fn a_peer_whose_lines_land_on_two_sockets_stays_in_order() {
     }
     let env = TestEnv::new(test);
     let (nsa, nsb) = (env.netns("a"), env.netns("b"));
-    for start in 1..=16 {
-        let lab = TwoLines::start_configured(
-            &env,
-            [&nsa, &nsb],
-            [None, None],
-            &["Mode = redundant"],
-            &["Queues = 2"],
-        );
-        // Probes on both lines, 20 a second each.
-        std::thread::sleep(Duration::from_secs(1));
-        let (second, all) = (second_socket_datagrams(&lab), received_datagrams(&lab));
-        let share = second as f64 / all.max(1) as f64;
-        eprintln!("[{test}] start {start}: {second} of {all} datagrams on b's second socket");
-        if !(0.2..=0.8).contains(&share) {
-            lab.stop();
-            continue;
-        }
-        let load = Load {
-            streams: 6,
-            first_port: 7500,
-            stream_rate: AS_FAST_AS_IT_GOES,
-            datagrams_per_second: 1000,
-            secs: Duration::from_secs(3),
-        };
-        load.arrives_whole_and_in_order(test, &env, &nsa, &nsb);
-        // Both lines carried the transfers, so both sockets did.
-        let paths = lab.paths();
-        let sent: Vec<u64> = paths
-            .iter()
-            .map(|p| p["tx_packets"].as_u64().unwrap_or(0))
-            .collect();
-        let second = second_socket_datagrams(&lab);
-        eprintln!("[{test}] a sent {sent:?} packets per line; b's second socket received {second}");
-        assert!(
-            sent.len() == 2 && sent.iter().all(|&n| n > 10_000),
-            "a line carried little: {paths:?}"
-        );
-        assert!(second > 10_000, "b's second socket received {second}");
-        lab.stop();
-        return;
-    }
-    panic!("{test}: in 16 starts a's lines always landed on one socket of b's group");
+    let lab = TwoLines::start_until(
+        &env,
+        [&nsa, &nsb],
+        [None, None],
+        &["Mode = redundant"],
+        &["Queues = 2"],
+        |lab, start| {
+            // Probes on both lines, 20 a second each.
+            std::thread::sleep(Duration::from_secs(1));
+            let (second, all) = (second_socket_datagrams(lab), received_datagrams(lab));
+            let share = second as f64 / all.max(1) as f64;
+            eprintln!("[{test}] start {start}: {second} of {all} datagrams on b's second socket");
+            (0.2..=0.8).contains(&share)
+        },
+    )
+    .unwrap_or_else(|| {
+        panic!("{test}: in 16 starts a's lines always landed on one socket of b's group")
+    });
+    let load = Load {
+        streams: 6,
+        first_port: 7500,
+        stream_rate: AS_FAST_AS_IT_GOES,
+        datagrams_per_second: 1000,
+        secs: Duration::from_secs(3),
+    };
+    load.arrives_whole_and_in_order(test, &env, &nsa, &nsb);
+    // Both lines carried the transfers, so both sockets did.
+    let paths = lab.paths();
+    let sent: Vec<u64> = paths
+        .iter()
+        .map(|p| p["tx_packets"].as_u64().unwrap_or(0))
+        .collect();
+    let second = second_socket_datagrams(&lab);
+    eprintln!("[{test}] a sent {sent:?} packets per line; b's second socket received {second}");
+    assert!(
+        sent.len() == 2 && sent.iter().all(|&n| n > 10_000),
+        "a line carried little: {paths:?}"
+    );
+    assert!(second > 10_000, "b's second socket received {second}");
+    lab.stop();
 }
 
 /// SHA-256-checked TCP streams from a to b (ports `first_port`..) and

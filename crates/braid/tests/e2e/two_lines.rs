@@ -184,6 +184,30 @@ impl<'e> TwoLines<'e> {
             .unwrap_or_default()
     }
 
+    /// Starts the lab as [`TwoLines::start_configured`] does, again and
+    /// again (up to 16 times), until `landed` says the kernel's hash of the
+    /// lines' ports put them on the sockets the test needs (with `Queues`
+    /// above 1 a line lands on one socket of the group by its ports, and
+    /// each start gives a's lines new ones). `None` if it never did.
+    pub fn start_until(
+        env: &'e TestEnv,
+        namespaces: [&'e Netns; 2],
+        impairments: [Option<&[&str]>; 2],
+        peer_lines: &[&str],
+        interface_lines: &[&str],
+        mut landed: impl FnMut(&TwoLines<'e>, u32) -> bool,
+    ) -> Option<TwoLines<'e>> {
+        for start in 1..=16 {
+            let lab =
+                Self::start_configured(env, namespaces, impairments, peer_lines, interface_lines);
+            if landed(&lab, start) {
+                return Some(lab);
+            }
+            lab.stop();
+        }
+        None
+    }
+
     /// Stops the relays (they run the braid binary too, and the tunnel's
     /// cleanup terminates braid processes it finds left over), then both
     /// tunnel ends.
