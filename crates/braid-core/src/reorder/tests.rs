@@ -448,28 +448,37 @@ fn case_table() {
     }
 }
 
+/// Two live lines, 0 delivered, 2 held (it came on line 0 at `first` ms,
+/// 1 is missing), then the second line's socket read first: 3, which
+/// arrived at 40 ms on line 1, held too. Returns the window and its origin.
+fn a_later_socket_read_first(cfg: ReorderConfig, first: u64) -> (ReorderWindow, Instant) {
+    let mut w = ReorderWindow::new(cfg);
+    w.set_live_paths(0b11);
+    let t0 = origin();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    w.delivered_in_place(t0, 0, 0);
+    assert_eq!(
+        w.insert(ms(first), 2, 0, &packet(2, 64)),
+        InsertOutcome::Buffered
+    );
+    assert_eq!(
+        w.insert(ms(40), 3, 1, &packet(3, 64)),
+        InsertOutcome::Buffered
+    );
+    (w, t0)
+}
+
 /// A caller with one socket per line reads one after the other: a packet
 /// from the second line may be offered with an arrival later than packets
 /// still waiting in the first line's socket. Offering it gives nothing up;
 /// only the timers do, run to the time every socket was read up to.
 #[test]
 fn only_the_timers_give_gaps_up_so_a_later_socket_read_first_loses_nothing() {
-    let mut w = ReorderWindow::new(table_cfg());
-    w.set_live_paths(0b11);
-    let t0 = origin();
+    // Gap 1: 2 came on line 0 at 1 ms; 1 is late on line 0. The packet
+    // from line 1's socket arrived at 40 ms, far past the 10 ms hold, and
+    // it passed the gap too (rule 3).
+    let (mut w, t0) = a_later_socket_read_first(table_cfg(), 1);
     let ms = |n: u64| t0 + Duration::from_millis(n);
-    w.delivered_in_place(t0, 0, 0);
-    // Gap 1: 2 came on line 0 at 1 ms; 1 is late on line 0.
-    assert_eq!(
-        w.insert(ms(1), 2, 0, &packet(2, 64)),
-        InsertOutcome::Buffered
-    );
-    // Line 1's socket is read first: a packet that arrived at 40 ms, far
-    // past the 10 ms hold, and it passed the gap too (rule 3).
-    assert_eq!(
-        w.insert(ms(40), 3, 1, &packet(3, 64)),
-        InsertOutcome::Buffered
-    );
     assert_eq!(w.counters().lost, 0, "offering a packet gave a gap up");
     // Line 0 was read up to 5 ms so far: nothing is due by then.
     w.handle_timeout(ms(5));
@@ -502,20 +511,8 @@ fn only_the_timers_give_gaps_up_so_a_later_socket_read_first_loses_nothing() {
 /// (which the later packet moved on): the caller's delay is no lateness.
 #[test]
 fn a_packet_is_measured_at_its_own_arrival_not_the_windows_clock() {
-    let mut w = ReorderWindow::new(ReorderConfig::default());
-    w.set_live_paths(0b11);
-    let t0 = origin();
+    let (mut w, t0) = a_later_socket_read_first(ReorderConfig::default(), 2);
     let ms = |n: u64| t0 + Duration::from_millis(n);
-    w.delivered_in_place(t0, 0, 0);
-    assert_eq!(
-        w.insert(ms(2), 2, 0, &packet(2, 64)),
-        InsertOutcome::Buffered
-    );
-    // The second socket first: a packet that arrived at 40 ms.
-    assert_eq!(
-        w.insert(ms(40), 3, 1, &packet(3, 64)),
-        InsertOutcome::Buffered
-    );
     // Then the first: 1 had arrived at 3 ms, a millisecond after 2.
     assert_eq!(w.insert(ms(3), 1, 0, &packet(1, 64)), InsertOutcome::Ready);
     assert!(
