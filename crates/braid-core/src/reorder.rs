@@ -34,9 +34,12 @@
 //!    line has passed is lost after the pass wait and the added latency is
 //!    the path skew, not the hold. The pass wait is there because the
 //!    ends are programs: a sender thread preempted between a packet's
-//!    counter and its send reorders a line that never reorders itself. A path's slack is a decaying maximum of how late
-//!    its own packets came: arrival of a late packet minus arrival of the
-//!    first later counter on the same path. An idle or sparsely used line
+//!    counter and its send reorders a line that never reorders itself. A
+//!    path's slack is a decaying maximum of how late its own packets came:
+//!    arrival of a late packet minus arrival of the first later counter on
+//!    the same path. It counts only once the path delivered
+//!    [`SLACK_LEARNING_PACKETS`]: before that the path has not shown its
+//!    reordering, and rule 3 leaves its gaps to the hold. An idle or sparsely used line
 //!    passes nothing for a while: the sender's word that it carried none of
 //!    the gap keeps a loss on the busy line from waiting the hold.
 //!
@@ -177,6 +180,15 @@ pub const SLACK_FACTOR: u32 = 2;
 /// the inner TCP pays for in full. A real loss waits this much longer.
 pub const DEFAULT_PASS_WAIT: Duration = Duration::from_millis(1);
 
+/// The default [`ReorderConfig::slack_learning`]: packets a path must have
+/// delivered before rule 3 trusts its slack. A slack of zero means
+/// something only after enough packets came in order: at a session's start
+/// a jittery line has not shown its reordering yet, and a gap given up
+/// after the pass wait is a loss the inner TCP pays for in full. Until
+/// then the path's gaps wait the hold (512 packets: a tenth of a second of
+/// a 60 Mbit/s stream).
+pub const SLACK_LEARNING_PACKETS: u64 = 512;
+
 /// Repair requests outstanding at once, at most.
 const ASKED_LEN: usize = 8;
 
@@ -237,6 +249,9 @@ pub struct ReorderConfig {
     /// long ago (and twice its slack): see [`DEFAULT_PASS_WAIT`]. Zero
     /// trusts a path that never reordered at once.
     pub pass_wait: Duration,
+    /// Packets a path must have delivered before rule 3 trusts its slack:
+    /// see [`SLACK_LEARNING_PACKETS`]. Zero trusts it from the first.
+    pub slack_learning: u64,
 }
 
 impl Default for ReorderConfig {
@@ -247,6 +262,7 @@ impl Default for ReorderConfig {
             max_bytes: DEFAULT_MAX_BYTES,
             max_packet: DEFAULT_MAX_PACKET,
             pass_wait: DEFAULT_PASS_WAIT,
+            slack_learning: SLACK_LEARNING_PACKETS,
         }
     }
 }
@@ -404,6 +420,9 @@ struct PathState {
     /// Whether the sender re-sends what this path loses (`None`: it has
     /// not said; taken as yes).
     repaired: Option<bool>,
+    /// Packets the path delivered (saturating; see
+    /// [`SLACK_LEARNING_PACKETS`]).
+    delivered: u64,
 }
 
 impl PathState {
@@ -417,7 +436,13 @@ impl PathState {
             frontier: VecDeque::new(),
             unassigned: None,
             repaired: None,
+            delivered: 0,
         }
+    }
+
+    /// Whether the path carried enough for its slack to mean something.
+    fn slack_known(&self, learning: u64) -> bool {
+        self.delivered >= learning
     }
 
     /// When the sender said counters `from..to` did not go on this path.
@@ -449,6 +474,7 @@ impl PathState {
     /// Records `counter` arriving on this path at `now`: progress, or a
     /// lateness sample when the path already delivered something later.
     fn arrive(&mut self, now: Instant, counter: u64) {
+        self.delivered = self.delivered.saturating_add(1);
         match self.highest {
             Some(highest) if counter < highest => {
                 // The first sample above `counter` started at or before the
@@ -1372,6 +1398,9 @@ impl ReorderWindow {
                 continue;
             }
             let (_, passed_at) = p.pass?;
+            if !p.slack_known(self.cfg.slack_learning) {
+                return None;
+            }
             // A due time past what an Instant can hold is never: that
             // path does not let the gap go early.
             let wait = p
@@ -1426,7 +1455,9 @@ impl ReorderWindow {
             let p = &self.paths[i];
             self.live & (1 << i) == 0
                 || p.not_carried(from, to).is_some()
-                || (p.highest.is_some_and(|h| h >= to) && p.slack.value(now).is_zero())
+                || (p.highest.is_some_and(|h| h >= to)
+                    && p.slack_known(self.cfg.slack_learning)
+                    && p.slack.value(now).is_zero())
         })
     }
 

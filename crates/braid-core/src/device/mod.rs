@@ -823,6 +823,7 @@ impl Device {
                 .max(defaults.max_bytes),
             max_packet: mtu.max(defaults.max_packet),
             pass_wait: defaults.pass_wait,
+            slack_learning: defaults.slack_learning,
         };
         p.reorder = ReorderWindow::new(cfg);
         p.reorder_session = None;

@@ -159,12 +159,22 @@ fn run_case(number: usize, cfg: ReorderConfig, live: u8, steps: &[Step]) {
     }
 }
 
+/// The default window with every path's slack known from its first
+/// packet (what the cases of the rules are about; the learning has cases
+/// of its own).
+fn learned_cfg() -> ReorderConfig {
+    ReorderConfig {
+        slack_learning: 0,
+        ..ReorderConfig::default()
+    }
+}
+
 /// The default window with no pass wait: rule 3 trusts a line that never
 /// reordered at once (what the rule-3 cases below are about).
 fn trusting_cfg() -> ReorderConfig {
     ReorderConfig {
         pass_wait: Duration::ZERO,
-        ..ReorderConfig::default()
+        ..learned_cfg()
     }
 }
 
@@ -177,6 +187,7 @@ fn table_cfg() -> ReorderConfig {
         max_bytes: 8 * 100,
         max_packet: 100,
         pass_wait: Duration::ZERO,
+        slack_learning: 0,
     }
 }
 
@@ -511,7 +522,7 @@ fn only_the_timers_give_gaps_up_so_a_later_socket_read_first_loses_nothing() {
 /// (which the later packet moved on): the caller's delay is no lateness.
 #[test]
 fn a_packet_is_measured_at_its_own_arrival_not_the_windows_clock() {
-    let (mut w, t0) = a_later_socket_read_first(ReorderConfig::default(), 2);
+    let (mut w, t0) = a_later_socket_read_first(learned_cfg(), 2);
     let ms = |n: u64| t0 + Duration::from_millis(n);
     // Then the first: 1 had arrived at 3 ms, a millisecond after 2.
     assert_eq!(w.insert(ms(3), 1, 0, &packet(1, 64)), InsertOutcome::Ready);
@@ -574,7 +585,7 @@ fn slots_are_as_large_as_their_packets_not_the_largest_possible() {
     let mut rx = Rx::new(
         ReorderConfig {
             max_packet: 9000,
-            ..ReorderConfig::default()
+            ..learned_cfg()
         },
         0,
     );
@@ -686,7 +697,7 @@ fn swap_pairs(pairs: u64, every: Duration, late: impl Fn(u64) -> Duration) -> Re
         events.push((at + late(i), 2 * i - 1));
     }
     events.sort();
-    let mut w = ReorderWindow::new(ReorderConfig::default());
+    let mut w = ReorderWindow::new(learned_cfg());
     w.delivered_in_place(t, 0, 0);
     for (at, c) in events {
         if w.passes_through(c) {
@@ -702,7 +713,7 @@ fn swap_pairs(pairs: u64, every: Duration, late: impl Fn(u64) -> Duration) -> Re
 #[test]
 fn hold_adapts_to_lateness_and_skew() {
     let t = origin();
-    let mut w = ReorderWindow::new(ReorderConfig::default());
+    let mut w = ReorderWindow::new(learned_cfg());
     // Initial estimate: 2 × 9.5 + 1 = 20 ms, not the ceiling.
     assert_eq!(w.effective_hold(), Duration::from_millis(20));
     w.set_path_skew(Duration::from_millis(5));
@@ -728,7 +739,7 @@ fn hold_adapts_to_lateness_and_skew() {
     );
 
     // A clean line forgets: the hold falls to the floor.
-    let mut w = ReorderWindow::new(ReorderConfig::default());
+    let mut w = ReorderWindow::new(learned_cfg());
     w.delivered_in_place(t, 0, 0);
     w.delivered_in_place(t + Duration::from_secs(120), 1, 0);
     assert_eq!(w.effective_hold(), MIN_HOLD);
@@ -1083,6 +1094,7 @@ fn model_cfg() -> impl Strategy<Value = ReorderConfig> {
             max_bytes,
             max_packet: 100,
             pass_wait: Duration::ZERO,
+            slack_learning: 0,
         })
 }
 
@@ -1121,6 +1133,7 @@ proptest! {
             max_bytes: capacity * 60 + 100,
             max_packet: 120,
             pass_wait: Duration::ZERO,
+        slack_learning: 0,
         };
         let off = ceiling_ms == 0;
         let t0 = origin();
@@ -1689,7 +1702,7 @@ fn late_repairs_of_gaps_given_up_do_not_raise_the_hold() {
 /// preempted, and giving it up would cost the inner TCP a loss.
 #[test]
 fn without_repairs_rule_3_gives_up_once_every_line_passed_the_gap_by_the_pass_wait() {
-    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    let mut rx = Rx::new(learned_cfg(), 0b11);
     rx.packet(0, 0, 0, 64);
     rx.packet(100, 1, 1, 64);
     rx.packet(200, 3, 0, 64);
@@ -1703,12 +1716,45 @@ fn without_repairs_rule_3_gives_up_once_every_line_passed_the_gap_by_the_pass_wa
     assert_eq!(rx.w.gap_counters().by_paths, 1);
 }
 
+/// At a session's start a line has shown none of its reordering yet: its
+/// slack reads zero, and rule 3 would give a gap up after the pass wait
+/// though the line is jittery (a gate's e2e run gave up counter 10 after
+/// 1.3 ms; its packet came 0.5 ms later). Until the line delivered
+/// `SLACK_LEARNING_PACKETS`, its gaps wait the hold; after that, a line
+/// that never reordered lets a gap go after the pass wait again.
+#[test]
+fn rule_3_waits_the_hold_until_a_line_has_shown_its_slack() {
+    let mut rx = Rx::new(ReorderConfig::default(), 0b1);
+    rx.packet(0, 0, 0, 64);
+    rx.packet(100, 2, 0, 64);
+    rx.tick(1_900);
+    rx.packet(1_900, 1, 0, 64);
+    assert_eq!(rx.delivered, [0, 1, 2]);
+    assert_eq!(rx.w.counters().lost, 0);
+
+    // 2 + 510 more in order: the line has delivered its 512 packets.
+    let mut t = 2_000;
+    for c in 3..SLACK_LEARNING_PACKETS + 1 {
+        rx.packet(t, c, 0, 64);
+        t += 10;
+    }
+    let lost = SLACK_LEARNING_PACKETS + 1;
+    rx.packet(t, lost + 1, 0, 64);
+    // Rule 3 again: the gap goes once the line passed it by twice the
+    // slack it showed (1.8 ms, a little decayed), long before the hold.
+    rx.tick(t + 1_000);
+    assert_eq!(rx.w.counters().lost, 0);
+    rx.tick(t + 3_700);
+    assert_eq!(rx.w.counters().lost, 1, "given up by rule 3");
+    assert_eq!(rx.w.gap_counters().by_paths, 1);
+}
+
 /// A packet that comes within the pass wait after its line passed it (a
 /// sender thread was preempted between counter and send) is delivered in
 /// order, not dropped as Under Window.
 #[test]
 fn a_packet_late_by_less_than_the_pass_wait_on_a_line_that_never_reordered_is_kept() {
-    let mut rx = Rx::new(ReorderConfig::default(), 0b1);
+    let mut rx = Rx::new(learned_cfg(), 0b1);
     rx.packet(0, 0, 0, 64);
     rx.packet(100, 2, 0, 64);
     rx.packet(200, 3, 0, 64);
@@ -1725,7 +1771,7 @@ fn a_packet_late_by_less_than_the_pass_wait_on_a_line_that_never_reordered_is_ke
 #[test]
 fn a_gap_the_sender_says_an_idle_line_never_carried_goes_at_once() {
     for told in [false, true] {
-        let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+        let mut rx = Rx::new(learned_cfg(), 0b11);
         rx.w.set_path_skew(Duration::from_millis(30));
         rx.packet(0, 0, 1, 64);
         rx.packet(1_000, 1, 0, 64);
@@ -1847,7 +1893,7 @@ fn gaps_found_lost_together_are_asked_for_together() {
 /// the copy that arrives after it is a duplicate, nothing else.
 #[test]
 fn a_rebuilt_packet_is_delivered_in_order_and_teaches_the_lines_nothing() {
-    let mut rx = Rx::new(ReorderConfig::default(), 0b11);
+    let mut rx = Rx::new(learned_cfg(), 0b11);
     rx.packet(0, 0, 0, 64);
     rx.packet(100, 2, 0, 64);
     // Counter 1 went on line 1 and is on its way; the parity of its group

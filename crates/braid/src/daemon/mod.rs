@@ -650,6 +650,7 @@ impl Daemon {
             let mut until = complete_until.min(now);
             let due = self.shared.device().poll_timeout();
             if due.is_some_and(|t| t <= until) {
+                until = until.min(self.lines_taken_in(n_lines)?);
                 until = self.shared.members_taken_in(until)?;
             }
             {
@@ -706,6 +707,43 @@ impl Daemon {
         let n =
             dataplane::receive_from_line(&self.shared, &mut receiver, line, RECV_BATCHES_PER_WAKE)?;
         Ok((n, receiver.complete_until()))
+    }
+
+    /// Up to when the main thread's lines have been taken in, looked at
+    /// again after the timers' time was read: the poll's readiness is from
+    /// before `woke`, and a thread stopped or preempted between the two
+    /// would otherwise run the timers past datagrams that came meanwhile
+    /// (a reorder gap given up with its filler in the socket). A line with
+    /// datagrams is read now; a receive the outbound thread has under way
+    /// is waited for (the receiver's lock), so its batch is in the device.
+    fn lines_taken_in(&mut self, n_lines: usize) -> std::io::Result<Instant> {
+        let checked = Instant::now();
+        let mut fds = [(0, Interest::READABLE); poll::MAX_FDS];
+        let mut leftovers = [false; poll::MAX_FDS];
+        let n_lines = {
+            // A `ListenPort` change since the poll may have left fewer.
+            let lines = self.shared.lines();
+            let n = lines.all().len().min(n_lines);
+            for (i, socket) in lines.all().iter().take(n).enumerate() {
+                fds[i] = (socket.poll_fd(), Interest::READABLE);
+                leftovers[i] = socket.has_pending();
+            }
+            n
+        };
+        let ready = poll::wait(&fds[..n_lines], Some(Duration::ZERO))?;
+        let mut until = checked;
+        let mut read_any = false;
+        for (line, &leftover) in leftovers.iter().enumerate().take(n_lines) {
+            if leftover || ready.is_readable(line) {
+                read_any = true;
+                let (_, taken) = self.on_udp_readable(line)?;
+                until = taken.map_or(until, |t| t.min(until));
+            }
+        }
+        if !read_any {
+            drop(self.shared.receiver());
+        }
+        Ok(until)
     }
 
     /// Writes what the reorder windows released (after the batch it
