@@ -37,9 +37,9 @@
 //!    counter and its send reorders a line that never reorders itself. A
 //!    path's slack is a decaying maximum of how late its own packets came:
 //!    arrival of a late packet minus arrival of the first later counter on
-//!    the same path. It counts only once the path delivered
-//!    [`SLACK_LEARNING_PACKETS`]: before that the path has not shown its
-//!    reordering, and rule 3 leaves its gaps to the hold. An idle or sparsely used line
+//!    the same path. Until the path delivered [`SLACK_LEARNING_PACKETS`]
+//!    it has not shown its reordering, and rule 3 takes its slack as at
+//!    least [`UNMEASURED_SLACK`]. An idle or sparsely used line
 //!    passes nothing for a while: the sender's word that it carried none of
 //!    the gap keeps a loss on the busy line from waiting the hold.
 //!
@@ -185,9 +185,16 @@ pub const DEFAULT_PASS_WAIT: Duration = Duration::from_millis(1);
 /// something only after enough packets came in order: at a session's start
 /// a jittery line has not shown its reordering yet, and a gap given up
 /// after the pass wait is a loss the inner TCP pays for in full. Until
-/// then the path's gaps wait the hold (512 packets: a tenth of a second of
-/// a 60 Mbit/s stream).
+/// then rule 3 takes the path's slack as at least [`UNMEASURED_SLACK`]
+/// (512 packets: a tenth of a second of a 60 Mbit/s stream).
 pub const SLACK_LEARNING_PACKETS: u64 = 512;
+
+/// The least slack rule 3 assumes for a path still learning its own: a
+/// line whose delay varies by a few milliseconds (radio, a busy router)
+/// shows it within its first packets, and a gap then waits 5 ms, not the
+/// whole hold (a lightly used line may take long to deliver 512 packets,
+/// and a loss on it must still be found early enough to be repaired).
+pub const UNMEASURED_SLACK: Duration = Duration::from_micros(2_500);
 
 /// Repair requests outstanding at once, at most.
 const ASKED_LEN: usize = 8;
@@ -249,8 +256,9 @@ pub struct ReorderConfig {
     /// long ago (and twice its slack): see [`DEFAULT_PASS_WAIT`]. Zero
     /// trusts a path that never reordered at once.
     pub pass_wait: Duration,
-    /// Packets a path must have delivered before rule 3 trusts its slack:
-    /// see [`SLACK_LEARNING_PACKETS`]. Zero trusts it from the first.
+    /// Packets a path must have delivered before rule 3 trusts its slack
+    /// (before that it assumes at least [`UNMEASURED_SLACK`]): see
+    /// [`SLACK_LEARNING_PACKETS`]. Zero trusts it from the first.
     pub slack_learning: u64,
 }
 
@@ -1398,16 +1406,13 @@ impl ReorderWindow {
                 continue;
             }
             let (_, passed_at) = p.pass?;
+            let mut slack = p.slack.value(now);
             if !p.slack_known(self.cfg.slack_learning) {
-                return None;
+                slack = slack.max(UNMEASURED_SLACK);
             }
             // A due time past what an Instant can hold is never: that
             // path does not let the gap go early.
-            let wait = p
-                .slack
-                .value(now)
-                .saturating_mul(SLACK_FACTOR)
-                .max(self.cfg.pass_wait);
+            let wait = slack.saturating_mul(SLACK_FACTOR).max(self.cfg.pass_wait);
             let due = passed_at.checked_add(wait)?;
             at = Some(at.map_or(due, |a| a.max(due)));
         }

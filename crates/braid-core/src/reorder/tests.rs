@@ -1718,12 +1718,13 @@ fn without_repairs_rule_3_gives_up_once_every_line_passed_the_gap_by_the_pass_wa
 
 /// At a session's start a line has shown none of its reordering yet: its
 /// slack reads zero, and rule 3 would give a gap up after the pass wait
-/// though the line is jittery (a gate's e2e run gave up counter 10 after
-/// 1.3 ms; its packet came 0.5 ms later). Until the line delivered
-/// `SLACK_LEARNING_PACKETS`, its gaps wait the hold; after that, a line
-/// that never reordered lets a gap go after the pass wait again.
+/// though the line is jittery (an e2e run gave up counter 10 after 1.3 ms;
+/// its packet came 0.5 ms later). Until the line delivered
+/// `SLACK_LEARNING_PACKETS`, rule 3 takes its slack as at least
+/// `UNMEASURED_SLACK`: such a gap waits 5 ms, a real loss goes then (not
+/// after the 20 ms hold); after that the slack the line showed counts.
 #[test]
-fn rule_3_waits_the_hold_until_a_line_has_shown_its_slack() {
+fn rule_3_assumes_a_slack_until_a_line_has_shown_its_own() {
     let mut rx = Rx::new(ReorderConfig::default(), 0b1);
     rx.packet(0, 0, 0, 64);
     rx.packet(100, 2, 0, 64);
@@ -1732,21 +1733,31 @@ fn rule_3_waits_the_hold_until_a_line_has_shown_its_slack() {
     assert_eq!(rx.delivered, [0, 1, 2]);
     assert_eq!(rx.w.counters().lost, 0);
 
-    // 2 + 510 more in order: the line has delivered its 512 packets.
-    let mut t = 2_000;
-    for c in 3..SLACK_LEARNING_PACKETS + 1 {
+    // 3 is lost: the line passed it at 2 ms, so it goes at 7 ms.
+    rx.packet(2_000, 4, 0, 64);
+    let wait = UNMEASURED_SLACK * SLACK_FACTOR;
+    assert_eq!(wait, Duration::from_millis(5));
+    rx.tick(6_999);
+    assert_eq!(rx.w.counters().lost, 0);
+    rx.tick(7_000);
+    assert_eq!(rx.w.counters().lost, 1, "given up by rule 3, not the hold");
+    assert_eq!(rx.w.gap_counters().by_paths, 1);
+
+    // The line's 512 packets, in order from here.
+    let mut t = 8_000;
+    for c in 5..SLACK_LEARNING_PACKETS + 2 {
         rx.packet(t, c, 0, 64);
         t += 10;
     }
-    let lost = SLACK_LEARNING_PACKETS + 1;
+    let lost = SLACK_LEARNING_PACKETS + 2;
     rx.packet(t, lost + 1, 0, 64);
-    // Rule 3 again: the gap goes once the line passed it by twice the
-    // slack it showed (1.8 ms, a little decayed), long before the hold.
+    // Now the slack it showed counts (1.8 ms, a little decayed): the gap
+    // goes once the line passed it by twice that, sooner than 5 ms.
     rx.tick(t + 1_000);
-    assert_eq!(rx.w.counters().lost, 0);
+    assert_eq!(rx.w.counters().lost, 1);
     rx.tick(t + 3_700);
-    assert_eq!(rx.w.counters().lost, 1, "given up by rule 3");
-    assert_eq!(rx.w.gap_counters().by_paths, 1);
+    assert_eq!(rx.w.counters().lost, 2, "given up by rule 3");
+    assert_eq!(rx.w.gap_counters().by_paths, 2);
 }
 
 /// A packet that comes within the pass wait after its line passed it (a
