@@ -50,7 +50,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Condvar, Mutex, MutexGuard, Once};
 use std::time::Duration;
 
 /// Path of the braid binary under test.
@@ -199,6 +199,63 @@ pub struct TestEnv {
     pub n: u32,
     pub dir: PathBuf,
     names: Mutex<Vec<String>>,
+    /// Dropped after `Drop for TestEnv` cleaned up: the next test that
+    /// must run alone may start only then.
+    _turn: SuiteTurn,
+}
+
+/// Which tests run now: any number side by side, or one alone (see
+/// [`TestEnv::alone`]). A test waiting to run alone lets no new test start,
+/// so it is not starved by the other test thread; no test holds two
+/// environments, so that wait cannot close on itself.
+struct SuiteGate {
+    running: usize,
+    alone: bool,
+    waiting_alone: usize,
+}
+
+static SUITE: Mutex<SuiteGate> = Mutex::new(SuiteGate {
+    running: 0,
+    alone: false,
+    waiting_alone: 0,
+});
+static SUITE_CHANGED: Condvar = Condvar::new();
+
+/// A test's place in the [`SuiteGate`], given back when dropped.
+struct SuiteTurn {
+    alone: bool,
+}
+
+impl SuiteTurn {
+    fn take(alone: bool) -> SuiteTurn {
+        let mut gate = SUITE.lock().unwrap_or_else(|e| e.into_inner());
+        if alone {
+            gate.waiting_alone += 1;
+            while gate.alone || gate.running > 0 {
+                gate = SUITE_CHANGED.wait(gate).unwrap_or_else(|e| e.into_inner());
+            }
+            gate.waiting_alone -= 1;
+            gate.alone = true;
+        } else {
+            while gate.alone || gate.waiting_alone > 0 {
+                gate = SUITE_CHANGED.wait(gate).unwrap_or_else(|e| e.into_inner());
+            }
+            gate.running += 1;
+        }
+        SuiteTurn { alone }
+    }
+}
+
+impl Drop for SuiteTurn {
+    fn drop(&mut self) {
+        let mut gate = SUITE.lock().unwrap_or_else(|e| e.into_inner());
+        if self.alone {
+            gate.alone = false;
+        } else {
+            gate.running -= 1;
+        }
+        SUITE_CHANGED.notify_all();
+    }
 }
 
 std::thread_local! {
@@ -230,6 +287,19 @@ fn remember_panics() {
 
 impl TestEnv {
     pub fn new(test: &str) -> TestEnv {
+        Self::with_turn(test, SuiteTurn::take(false))
+    }
+
+    /// The same for a test that must run with no other test beside it:
+    /// one that measures timing a busy host really changes (the other
+    /// test's real-time threads and its packets on both cores reorder a
+    /// veth by milliseconds). It waits for the tests running now, and no
+    /// other starts until it is done.
+    pub fn alone(test: &str) -> TestEnv {
+        Self::with_turn(test, SuiteTurn::take(true))
+    }
+
+    fn with_turn(test: &str, turn: SuiteTurn) -> TestEnv {
         SWEEP.call_once(sweep_stale);
         PANIC_HOOK.call_once(remember_panics);
         let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed) + 1;
@@ -244,6 +314,7 @@ impl TestEnv {
             n,
             dir,
             names: Mutex::new(Vec::new()),
+            _turn: turn,
         }
     }
 
