@@ -90,6 +90,9 @@ pub fn run(data: &[u8]) {
         // From the byte already read, so earlier inputs keep their meaning:
         // 0 (a line trusted at once) to 3.75 ms.
         pass_wait: Duration::from_micros(u64::from(cfg_byte >> 4) * 250),
+        // The same byte: paths trusted at once, or after 4 to 12 packets
+        // (short inputs reach both sides of the learning).
+        slack_learning: u64::from(cfg_byte & 0x03) * 4,
     };
     if cfg.validate().is_err() {
         return;
