@@ -1133,7 +1133,7 @@ proptest! {
             max_bytes: capacity * 60 + 100,
             max_packet: 120,
             pass_wait: Duration::ZERO,
-        slack_learning: 0,
+            slack_learning: 0,
         };
         let off = ceiling_ms == 0;
         let t0 = origin();

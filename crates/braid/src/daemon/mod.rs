@@ -570,16 +570,8 @@ impl Daemon {
             // Datagrams left in a socket's scratch by a coalesced receive
             // wake no poll: such a line counts as readable at once.
             let mut leftovers = [false; poll::MAX_FDS];
-            let n_lines = {
-                let lines = self.shared.lines();
-                // Every line: Lines refuses more than MAX_LINES.
-                let n = lines.all().len().min(lines::MAX_LINES);
-                for (i, socket) in lines.all().iter().take(n).enumerate() {
-                    fds[1 + i] = (socket.poll_fd(), Interest::READABLE);
-                    leftovers[i] = socket.has_pending();
-                }
-                n
-            };
+            // Every line: Lines refuses more than MAX_LINES.
+            let n_lines = self.line_fds(lines::MAX_LINES, &mut fds[1..], &mut leftovers);
             let tun_index = 1 + n_lines;
             fds[tun_index] = (self.shared.tun.as_raw_fd(), Interest::READABLE);
             let watch_tun = self.shared.main_watches_tun();
@@ -709,6 +701,24 @@ impl Daemon {
         Ok((n, receiver.complete_until()))
     }
 
+    /// Puts the poll fd of each line, at most `most`, into `fds` and
+    /// whether a coalesced receive left datagrams in its scratch into
+    /// `leftovers` (those wake no poll); returns how many lines.
+    fn line_fds(
+        &self,
+        most: usize,
+        fds: &mut [(std::os::fd::RawFd, Interest)],
+        leftovers: &mut [bool],
+    ) -> usize {
+        let lines = self.shared.lines();
+        let n = lines.all().len().min(most);
+        for (i, socket) in lines.all().iter().take(n).enumerate() {
+            fds[i] = (socket.poll_fd(), Interest::READABLE);
+            leftovers[i] = socket.has_pending();
+        }
+        n
+    }
+
     /// Up to when the main thread's lines have been taken in, looked at
     /// again after the timers' time was read: the poll's readiness is from
     /// before `woke`, and a thread stopped or preempted between the two
@@ -720,16 +730,8 @@ impl Daemon {
         let checked = Instant::now();
         let mut fds = [(0, Interest::READABLE); poll::MAX_FDS];
         let mut leftovers = [false; poll::MAX_FDS];
-        let n_lines = {
-            // A `ListenPort` change since the poll may have left fewer.
-            let lines = self.shared.lines();
-            let n = lines.all().len().min(n_lines);
-            for (i, socket) in lines.all().iter().take(n).enumerate() {
-                fds[i] = (socket.poll_fd(), Interest::READABLE);
-                leftovers[i] = socket.has_pending();
-            }
-            n
-        };
+        // A `ListenPort` change since the poll may have left fewer.
+        let n_lines = self.line_fds(n_lines, &mut fds, &mut leftovers);
         let ready = poll::wait(&fds[..n_lines], Some(Duration::ZERO))?;
         let mut until = checked;
         let mut read_any = false;
