@@ -278,6 +278,11 @@ pub struct Outbound {
     /// The scheduler found this line busy at its estimated rate during the
     /// current interval (so a quiet line means the estimate is low).
     pub(super) limited: bool,
+    /// The longest the scheduler's clock for this line was ahead when it
+    /// was given a packet, over the last second or two, and since when it
+    /// has been given packets (see `schedule::early_spill`).
+    pub(super) backlog_peak: Windowed<Duration>,
+    pub(super) given_since: Option<Instant>,
     /// Data loss, decayed: packets lost and sent.
     lost: f64,
     sent: f64,
@@ -317,6 +322,8 @@ impl Default for Outbound {
             queue_max: Windowed::max(QUEUE_MAX_WINDOW),
             busy_until: None,
             limited: false,
+            backlog_peak: Windowed::max(2 * super::schedule::CALM_FOR),
+            given_since: None,
             lost: 0.0,
             sent: 0.0,
             probes_lost: 0.0,
@@ -476,6 +483,11 @@ impl Outbound {
     pub fn on_probe_sent(&mut self, now: Instant, seq: u32, data_packets: u64) {
         let backlog = self.backlog(now);
         self.snapshots[seq as usize % SNAPSHOTS] = (seq, data_packets, backlog);
+    }
+
+    /// No probe has found the line queued yet: the estimate is a guess.
+    pub(super) fn in_startup(&self) -> bool {
+        self.startup
     }
 
     /// How long until the line has sent what the scheduler gave it.

@@ -25,6 +25,12 @@
 //!   a guess that only grows, and its clock counts as at most a few
 //!   milliseconds: the first burst of a stream stays on it instead of
 //!   going to a slower line because of the guess;
+//! * once the quickest line has been busy and calm for 300 ms (its queue
+//!   below two thirds of the delay difference), what would queue on it
+//!   beyond a couple of milliseconds goes to a slower line that is idle
+//!   (see [`early_spill`]): a paced sender (bbr) never queues the quick
+//!   line as long as the delay difference, and would otherwise never see
+//!   what the slower line adds;
 //! * when every line's clock is more than [`MAX_BACKLOG`] ahead, more is
 //!   offered than all carry: the clocks move back alike, and the split
 //!   stays by capacity.
@@ -118,7 +124,7 @@ fn earliest_arrival(
 ) -> Option<usize> {
     let candidate = candidates(paths, lossy, usable);
     let i = match plan(paths, now, len, &candidate) {
-        Plan::Arrives(i) => i,
+        Plan::Arrives(i) => early_spill(paths, now, i, &candidate).unwrap_or(i),
         Plan::Unmeasured(i) => return i,
     };
     let waiting = paths[i].outbound.backlog(now);
@@ -126,6 +132,14 @@ fn earliest_arrival(
     if waiting > LIMITED_BACKLOG {
         o.limited = true;
     }
+    // A line idle for CALM_FOR starts its calm over.
+    let idle = o
+        .busy_until
+        .is_none_or(|b| now.saturating_duration_since(b) >= CALM_FOR);
+    if idle {
+        o.given_since = Some(now);
+    }
+    o.backlog_peak.update(now, waiting);
     let tx = transmission(len, o.rate());
     o.busy_until = now.checked_add(waiting.saturating_add(tx));
     // Every candidate more than MAX_BACKLOG behind: more is offered than
@@ -143,6 +157,71 @@ fn earliest_arrival(
         }
     }
     Some(i)
+}
+
+/// How long the quickest line must have been given packets, its queue
+/// calm all that time, before what queues on it may spill early.
+pub(super) const CALM_FOR: Duration = Duration::from_millis(300);
+/// The quickest line is calm while its queue stays below this share of a
+/// slower line's delay above it.
+const CALM_SHARE: f64 = 0.67;
+/// ...and busy while this side sends it at least this share of its
+/// estimated rate (a burst after a quiet spell is not a paced sender).
+const BUSY_SHARE: f64 = 0.75;
+/// While calm, what would queue on the quickest line beyond this...
+const SPILL_QUEUE: Duration = Duration::from_millis(2);
+/// ...goes to a slower line whose own clock is within this: at no more
+/// than that line's estimated rate.
+const SPILL_ROOM: Duration = Duration::from_millis(1);
+
+/// A slower line that takes this packet instead of `planned`, the quickest
+/// line, while that one is calm.
+///
+/// A sender paced at the rate it has seen delivered (bbr) keeps at most
+/// about one of its smallest round trips queued on the quickest line: its
+/// window is twice what it measured. Where that is shorter than a slower
+/// line's delay difference, the earliest arrival never picks the slower
+/// line, and the sender never sees more than the quickest line delivers
+/// (a 100 + 25 Mbit/s bond carried 93). So once the quickest line's queue
+/// has stayed below [`CALM_SHARE`] of the delay difference for
+/// [`CALM_FOR`], what would queue on it beyond [`SPILL_QUEUE`] goes to the
+/// slower line while that one's clock is idle: the sender's probes reach
+/// it, and it paces at what the bond delivers. A sender whose window fills
+/// the quickest line past that share (cubic) keeps the earliest arrival's
+/// split: for it, each packet on the slower line makes the packets after it
+/// wait at the peer, which pays only once the quickest line's queue is as
+/// long as the delay difference.
+fn early_spill(
+    paths: &[Path],
+    now: Instant,
+    planned: usize,
+    candidate: &impl Fn(&Path) -> bool,
+) -> Option<usize> {
+    let quick = &paths[planned].outbound;
+    if quick.in_startup() || quick.backlog(now) <= SPILL_QUEUE {
+        return None;
+    }
+    let in_use_long_enough = quick
+        .given_since
+        .is_some_and(|t| now.saturating_duration_since(t) >= CALM_FOR);
+    let busy = quick.send_rate() >= BUSY_SHARE * quick.rate();
+    let peak = quick.backlog_peak.get()?;
+    let quickest = quick.propagation_us()?;
+    if !in_use_long_enough || !busy {
+        return None;
+    }
+    paths.iter().enumerate().position(|(j, p)| {
+        let o = &p.outbound;
+        j != planned
+            && candidate(p)
+            && o.backlog(now) <= SPILL_ROOM
+            && o.propagation_us().is_some_and(|d| {
+                let extra = Duration::from_micros(d.saturating_sub(quickest).max(0) as u64);
+                d >= quickest
+                    && extra <= MAX_BACKLOG
+                    && peak.as_secs_f64() < CALM_SHARE * extra.as_secs_f64()
+            })
+    })
 }
 
 /// Which paths aggregate mode may use: usable ones, and of those only the
