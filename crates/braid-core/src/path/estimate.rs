@@ -279,8 +279,8 @@ pub struct Outbound {
     /// current interval (so a quiet line means the estimate is low).
     pub(super) limited: bool,
     /// The longest the scheduler's clock for this line was ahead when it
-    /// was given a packet, over the last second or two, and since when it
-    /// has been given packets (see `schedule::early_spill`).
+    /// was given a packet, over the last 0.3-0.6 s, and since when it has
+    /// been given packets without a pause (see `schedule::early_spill`).
     pub(super) backlog_peak: Windowed<Duration>,
     pub(super) given_since: Option<Instant>,
     /// Data loss, decayed: packets lost and sent.

@@ -285,127 +285,114 @@ mod scheduler {
         // before the slow line is worth it.
         assert!((0.14..0.18).contains(&share), "{share}: {got:?}");
     }
-}
 
-/// Offers packets of `len` bytes for `secs`, each one `len / rate(t)`
-/// after the one before (`t`: seconds since `t0`), with the probe
-/// interval's ticks; returns the packets each path got in each second
-/// (the last one perhaps partial), and the longest the first path's clock
-/// was ahead.
-fn offer_paced(
-    paths: &mut [Path],
-    t0: Instant,
-    rate: impl Fn(f64) -> f64,
-    len: usize,
-    secs: f64,
-) -> (Vec<[u32; 2]>, Duration) {
-    let mut got = vec![[0u32; 2]; secs.ceil() as usize];
-    let mut longest = Duration::ZERO;
-    let mut out = [0usize; MAX_PATHS];
-    let mut next_tick = 0.0;
-    let mut t = 0.0;
-    while t < secs {
-        let now = t0 + Duration::from_secs_f64(t);
-        if t >= next_tick {
-            for p in paths.iter_mut() {
-                p.outbound.on_tick(now, p.counters.tx_bytes);
+    /// Offers packets of `len` bytes for `secs`, each one `len / rate(t)`
+    /// after the one before (`t`: seconds since `t0`), with the probe
+    /// interval's ticks; returns the packets each path got in each second
+    /// (the last one perhaps partial), and the longest the first path's clock
+    /// was ahead.
+    fn offer_paced(
+        paths: &mut [Path],
+        t0: Instant,
+        rate: impl Fn(f64) -> f64,
+        len: usize,
+        secs: f64,
+    ) -> (Vec<[u32; 2]>, Duration) {
+        let mut got = vec![[0u32; 2]; secs.ceil() as usize];
+        let mut longest = Duration::ZERO;
+        let mut out = [0usize; MAX_PATHS];
+        let mut next_tick = 0.0;
+        let mut t = 0.0;
+        while t < secs {
+            let now = t0 + Duration::from_secs_f64(t);
+            if t >= next_tick {
+                for p in paths.iter_mut() {
+                    p.outbound.on_tick(now, p.counters.tx_bytes);
+                }
+                next_tick += PROBE_INTERVAL.as_secs_f64();
             }
-            next_tick += PROBE_INTERVAL.as_secs_f64();
+            longest = longest.max(paths[0].outbound.backlog(now));
+            assert_eq!(select(Mode::Aggregate, paths, now, len, false, &mut out), 1);
+            got[t as usize][out[0]] += 1;
+            paths[out[0]].on_tx(len);
+            t += len as f64 / rate(t);
         }
-        longest = longest.max(paths[0].outbound.backlog(now));
-        assert_eq!(select(Mode::Aggregate, paths, now, len, false, &mut out), 1);
-        got[t as usize][out[0]] += 1;
-        paths[out[0]].on_tx(len);
-        t += len as f64 / rate(t);
+        (got, longest)
     }
-    (got, longest)
-}
 
-/// bbr in its steady state at `base` bytes/s: 1.25× for one 20 ms round
-/// trip, 0.75× for the next, then six at 1×.
-fn bbr_cycle(base: f64) -> impl Fn(f64) -> f64 {
-    move |t: f64| {
-        let gain = match ((t / 0.02) as u64) % 8 {
-            0 => 1.25,
-            1 => 0.75,
-            _ => 1.0,
+    /// bbr in its steady state at `base` bytes/s: 1.25× for one 20 ms round
+    /// trip, 0.75× for the next, then six at 1×.
+    fn bbr_cycle(base: f64) -> impl Fn(f64) -> f64 {
+        move |t: f64| {
+            let gain = match ((t / 0.02) as u64) % 8 {
+                0 => 1.25,
+                1 => 0.75,
+                _ => 1.0,
+            };
+            gain * base
+        }
+    }
+
+    /// 100 Mbit/s with 10 ms and 25 Mbit/s with 40 ms: the `bond` row of
+    /// `braid bench lines`.
+    const BOND: [(f64, i64); 2] = [(12.5e6, 10_000), (3.125e6, 40_000)];
+
+    /// A sender paced at what the quick line delivers (bbr) queues it a few
+    /// milliseconds, never the delay difference, so the earliest arrival
+    /// alone would give the slower line nothing and the sender would never
+    /// see more than the quick line delivers. Once the quick line has been
+    /// busy and calm for a while, what queues on it beyond 2 ms goes to the
+    /// slower line, at no more than that line's rate.
+    #[test]
+    fn a_calm_quick_line_spills_what_queues_on_it_early() {
+        let t0 = Instant::now();
+        let mut ps = paths(t0, BOND.map(Some));
+        let (got, _) = offer_paced(&mut ps, t0, bbr_cycle(12.5e6), 1400, 0.25);
+        assert_eq!(got[0][1], 0, "not calm for long enough yet: {got:?}");
+        let t1 = t0 + Duration::from_millis(250);
+        let (got, longest) = offer_paced(&mut ps, t1, bbr_cycle(12.5e6), 1400, 3.0);
+        for g in &got[1..] {
+            // The probe's extra quarter for 20 ms of every 160: about 280
+            // packets a second, and the slower line takes 2232 at its rate.
+            assert!((100..=400).contains(&g[1]), "{got:?}");
+        }
+        assert!(longest < Duration::from_millis(8), "{longest:?}");
+    }
+
+    /// A sender whose window keeps the quick line queued beyond two thirds of
+    /// the delay difference (cubic) gets the earliest arrival's split: every
+    /// packet on the slower line would make the ones after it wait at the
+    /// peer, and it gets the slower line once the queue is as long as the
+    /// delay difference anyway.
+    #[test]
+    fn a_quick_line_kept_queued_spills_nothing_early() {
+        let t0 = Instant::now();
+        let mut ps = paths(t0, BOND.map(Some));
+        // 25 ms of queue at once, then the line's own rate.
+        let queued = |t: f64| if t < 0.025 { 25e6 } else { 12.5e6 };
+        let (got, _) = offer_paced(&mut ps, t0, queued, 1400, 4.0);
+        assert!(got.iter().all(|g| g[1] == 0), "{got:?}");
+    }
+
+    /// A burst after a quiet spell is not a paced sender: it stays on the
+    /// quick line while its queue is shorter than the delay difference,
+    /// however calm the line was before.
+    #[test]
+    fn a_burst_on_a_quiet_quick_line_spills_nothing_early() {
+        let t0 = Instant::now();
+        let mut ps = paths(t0, BOND.map(Some));
+        // Half the quick line's rate for 2 s, then 25 ms at twice it.
+        let burst = |t: f64| {
+            if (2.0..2.025).contains(&t) {
+                25e6
+            } else {
+                6.25e6
+            }
         };
-        gain * base
+        let (got, longest) = offer_paced(&mut ps, t0, burst, 1400, 3.0);
+        assert!(got.iter().all(|g| g[1] == 0), "{got:?}");
+        assert!(longest > Duration::from_millis(20), "{longest:?}");
     }
-}
-
-/// 100 Mbit/s with 10 ms and 25 Mbit/s with 40 ms: the `bond` row of
-/// `braid bench lines`.
-const BOND: [(f64, i64); 2] = [(12.5e6, 10_000), (3.125e6, 40_000)];
-
-/// A sender paced at what the quick line delivers (bbr) queues it a few
-/// milliseconds, never the delay difference, so the earliest arrival
-/// alone would give the slower line nothing and the sender would never
-/// see more than the quick line delivers. Once the quick line has been
-/// busy and calm for a while, what queues on it beyond 2 ms goes to the
-/// slower line, at no more than that line's rate.
-#[test]
-fn a_calm_quick_line_spills_what_queues_on_it_early() {
-    let t0 = Instant::now();
-    let mut ps = scheduler_paths(t0, BOND);
-    let (got, _) = offer_paced(&mut ps, t0, bbr_cycle(12.5e6), 1400, 0.25);
-    assert_eq!(got[0][1], 0, "not calm for long enough yet: {got:?}");
-    let t1 = t0 + Duration::from_millis(250);
-    let (got, longest) = offer_paced(&mut ps, t1, bbr_cycle(12.5e6), 1400, 3.0);
-    for g in &got[1..] {
-        // The probe's extra quarter for 20 ms of every 160: about 280
-        // packets a second, and the slower line takes 2232 at its rate.
-        assert!((100..=400).contains(&g[1]), "{got:?}");
-    }
-    assert!(longest < Duration::from_millis(8), "{longest:?}");
-}
-
-/// A sender whose window keeps the quick line queued beyond two thirds of
-/// the delay difference (cubic) gets the earliest arrival's split: every
-/// packet on the slower line would make the ones after it wait at the
-/// peer, and it gets the slower line once the queue is as long as the
-/// delay difference anyway.
-#[test]
-fn a_quick_line_kept_queued_spills_nothing_early() {
-    let t0 = Instant::now();
-    let mut ps = scheduler_paths(t0, BOND);
-    // 25 ms of queue at once, then the line's own rate.
-    let queued = |t: f64| if t < 0.025 { 25e6 } else { 12.5e6 };
-    let (got, _) = offer_paced(&mut ps, t0, queued, 1400, 4.0);
-    assert!(got.iter().all(|g| g[1] == 0), "{got:?}");
-}
-
-/// A burst after a quiet spell is not a paced sender: it stays on the
-/// quick line while its queue is shorter than the delay difference,
-/// however calm the line was before.
-#[test]
-fn a_burst_on_a_quiet_quick_line_spills_nothing_early() {
-    let t0 = Instant::now();
-    let mut ps = scheduler_paths(t0, BOND);
-    // Half the quick line's rate for 2 s, then 25 ms at twice it.
-    let burst = |t: f64| {
-        if (2.0..2.025).contains(&t) {
-            25e6
-        } else {
-            6.25e6
-        }
-    };
-    let (got, longest) = offer_paced(&mut ps, t0, burst, 1400, 3.0);
-    assert!(got.iter().all(|g| g[1] == 0), "{got:?}");
-    assert!(longest > Duration::from_millis(20), "{longest:?}");
-}
-
-/// Up paths with measured estimates (bytes/s, one-way delay µs).
-fn scheduler_paths(now: Instant, estimates: [(f64, i64); 2]) -> Vec<Path> {
-    estimates
-        .iter()
-        .map(|&(rate, delay)| {
-            let mut p = path();
-            p.state = PathState::Up;
-            p.outbound.set_estimate(now, rate, delay);
-            p
-        })
-        .collect()
 }
 
 /// Probes echoed every 50 ms with the one-way delay `queue_ms` above the
