@@ -198,25 +198,24 @@ fn early_spill(
     candidate: &impl Fn(&Path) -> bool,
 ) -> Option<usize> {
     let quick = &paths[planned].outbound;
-    if quick.in_startup() || quick.backlog(now) <= SPILL_QUEUE {
+    let calm_candidate = !quick.in_startup()
+        && quick.backlog(now) > SPILL_QUEUE
+        && quick.send_rate() >= BUSY_SHARE * quick.rate()
+        && quick
+            .given_since
+            .is_some_and(|t| now.saturating_duration_since(t) >= CALM_FOR);
+    if !calm_candidate {
         return None;
     }
-    let in_use_long_enough = quick
-        .given_since
-        .is_some_and(|t| now.saturating_duration_since(t) >= CALM_FOR);
-    let busy = quick.send_rate() >= BUSY_SHARE * quick.rate();
     let peak = quick.backlog_peak.get()?;
     let quickest = quick.propagation_us()?;
-    if !in_use_long_enough || !busy {
-        return None;
-    }
     paths.iter().enumerate().position(|(j, p)| {
         let o = &p.outbound;
         j != planned
             && candidate(p)
             && o.backlog(now) <= SPILL_ROOM
             && o.propagation_us().is_some_and(|d| {
-                let extra = Duration::from_micros(d.saturating_sub(quickest).max(0) as u64);
+                let extra = delay_above(d, quickest);
                 d >= quickest
                     && extra <= MAX_BACKLOG
                     && peak.as_secs_f64() < CALM_SHARE * extra.as_secs_f64()
@@ -265,7 +264,7 @@ fn plan(paths: &[Path], now: Instant, len: usize, candidate: &impl Fn(&Path) -> 
         let Some(d) = p.outbound.propagation_us() else {
             continue;
         };
-        let extra_delay = Duration::from_micros(d.saturating_sub(quickest).max(0) as u64);
+        let extra_delay = delay_above(d, quickest);
         if extra_delay > MAX_BACKLOG {
             // The peer's reorder window does not wait for such a line
             // (`Peer::live_path_mask`): what it carried would come late.
@@ -302,6 +301,12 @@ pub fn earliest_small(paths: &[Path], now: Instant) -> Option<usize> {
         Plan::Arrives(i) => Some(i),
         Plan::Unmeasured(_) => None,
     }
+}
+
+/// How much a line's one-way delay `d_us` is above `base_us` (zero if
+/// below).
+fn delay_above(d_us: i64, base_us: i64) -> Duration {
+    Duration::from_micros(d_us.saturating_sub(base_us).max(0) as u64)
 }
 
 /// Time to send `len` bytes at `rate` bytes per second.
